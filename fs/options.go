@@ -1,0 +1,34 @@
+package fs
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// InternalDir is the name, at the top of BACKING, of the directory where
+// safefs keeps its state: staging files, the journal, the lock file and
+// rejected commits. It is invisible through the mount.
+const InternalDir = ".safefs"
+
+// Options configure a mount. The zero value is not valid: use DefaultOptions.
+type Options struct {
+	AllowOther  bool          // let other users in; default_permissions is always on
+	ReadOnly    bool          // mount read-only
+	LockTimeout time.Duration // how long a commit waits for its path's lock
+	MaxWaiters  int           // commits that may wait for one path; more fail with EAGAIN
+	Durable     bool          // durability=full: fsync staging, directory and journal
+	KillCheck   bool          // a writer killed by a signal does not commit
+	Debug       bool          // FUSE request trace
+	Log         *zap.Logger   // nil: no logging
+}
+
+// DefaultOptions are the documented defaults of `safefs mount`.
+func DefaultOptions() Options {
+	return Options{
+		LockTimeout: 10 * time.Second,
+		MaxWaiters:  256,
+		Durable:     true,
+		KillCheck:   true,
+	}
+}

@@ -1,0 +1,99 @@
+// Package testfs mounts safefs for tests and runs workloads against it.
+package testfs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/safefs/safefs/fs"
+)
+
+// Mount is a safefs mounted in a test's temp dir.
+type Mount struct {
+	Backing string // the backing directory
+	Dir     string // the mount point
+	Opts    fs.Options
+	srv     *fs.Server
+}
+
+// Available reports whether this machine can mount FUSE file systems.
+// Under CI (CI set) a missing FUSE is a failure, never a skip.
+func Available(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err == nil {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("/dev/fuse is missing, and CI is set: FUSE tests must run")
+	}
+	t.Skip("/dev/fuse is missing")
+}
+
+// New mounts safefs over a fresh backing directory. edit may change the
+// options. The mount is removed in cleanup; a failed unmount fails the test.
+func New(t testing.TB, edit ...func(*fs.Options)) *Mount {
+	t.Helper()
+	Available(t)
+	root := t.TempDir()
+	// t.TempDir is 0700: other users (www-data) must reach the mount.
+	for _, d := range []string{root, filepath.Dir(root)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &Mount{Backing: filepath.Join(root, "orig"), Dir: filepath.Join(root, "mnt")}
+	for _, d := range []string{m.Backing, m.Dir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Opts = fs.DefaultOptions()
+	m.Opts.AllowOther = os.Geteuid() == 0
+	m.Opts.Log = zaptest.NewLogger(t)
+	for _, e := range edit {
+		e(&m.Opts)
+	}
+	m.start(t)
+	return m
+}
+
+func (m *Mount) start(t testing.TB) {
+	t.Helper()
+	srv, err := fs.Mount(m.Backing, m.Dir, m.Opts)
+	if err != nil {
+		t.Fatalf("mount %s: %v", m.Dir, err)
+	}
+	m.srv = srv
+	t.Cleanup(func() { m.stop(t) })
+}
+
+func (m *Mount) stop(t testing.TB) {
+	if m.srv == nil {
+		return
+	}
+	srv := m.srv
+	m.srv = nil
+	if err := srv.Unmount(); err != nil {
+		t.Errorf("unmount %s: %v", m.Dir, err)
+	}
+}
+
+// Remount unmounts and mounts again over the same backing directory.
+func (m *Mount) Remount(t testing.TB) {
+	t.Helper()
+	m.stop(t)
+	m.start(t)
+}
+
+// Path joins names under the mount point.
+func (m *Mount) Path(names ...string) string {
+	return filepath.Join(append([]string{m.Dir}, names...)...)
+}
+
+// BackingPath joins names under the backing directory.
+func (m *Mount) BackingPath(names ...string) string {
+	return filepath.Join(append([]string{m.Backing}, names...)...)
+}

@@ -2,31 +2,217 @@ package fs
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/journal"
+	"github.com/safefs/safefs/lockmgr"
 )
 
 // ErrBusy means another safefs already serves this backing directory.
 var ErrBusy = errors.New("backing directory is already served by another safefs")
 
 // Server is a mounted safefs.
-type Server struct{}
+type Server struct {
+	srv    *fuse.Server
+	r      *root
+	unlock func()
+	once   sync.Once
+}
+
+// state is what Mount and Recover open in BACKING before anything else.
+type state struct {
+	r      *root
+	unlock func()
+}
+
+// open takes BACKING's lock and opens the internal directory.
+func open(backing string, o Options) (*state, error) {
+	log := o.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	abs, err := filepath.Abs(backing)
+	if err != nil {
+		return nil, err
+	}
+	rootfd, err := unix.Open(abs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open backing %s: %w", abs, err)
+	}
+	r := &root{rootfd: rootfd, opts: o, log: log, ids: newIDs(), crashAt: os.Getenv("SAFEFS_CRASH_AT"),
+		internalPath: filepath.Join(abs, InternalDir)}
+	if err := r.openInternal(); err != nil {
+		r.closeFds()
+		return nil, err
+	}
+	unlock, err := journal.Lock(r.internalPath)
+	if err != nil {
+		r.closeFds()
+		if errors.Is(err, journal.ErrLocked) {
+			return nil, fmt.Errorf("%s: %w", abs, ErrBusy)
+		}
+		return nil, err
+	}
+	return &state{r: r, unlock: unlock}, nil
+}
+
+// openInternal creates (0700) and opens the internal directories.
+func (r *root) openInternal() error {
+	var err error
+	if r.internalfd, err = ensureDir(r.rootfd, InternalDir); err != nil {
+		return fmt.Errorf("internal directory: %w", err)
+	}
+	for _, d := range []struct {
+		fd   *int
+		name string
+	}{{&r.stagingfd, journal.StagingDir}, {&r.undofd, journal.UndoDir}, {&r.rejectedfd, journal.RejectedDir}} {
+		if *d.fd, err = ensureDir(r.internalfd, d.name); err != nil {
+			return fmt.Errorf("internal directory %s: %w", d.name, err)
+		}
+	}
+	return nil
+}
+
+// ensureDir makes dir/name a 0700 directory and opens it.
+func ensureDir(dir int, name string) (int, error) {
+	if err := mkdirAt(dir, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, err
+	}
+	fd, err := openDir(dir, name)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Chmod(procPath(fd), 0o700); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func (r *root) closeFds() {
+	for _, fd := range []int{r.stagingfd, r.undofd, r.rejectedfd, r.internalfd, r.rootfd} {
+		if fd > 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+func (s *state) close() {
+	s.unlock()
+	s.r.closeFds()
+}
+
+// Recover finishes or undoes commits cut off in backing, without mounting.
+func Recover(backing string, o Options) (journal.Summary, error) {
+	s, err := open(backing, o)
+	if err != nil {
+		return journal.Summary{}, err
+	}
+	defer s.close()
+	return journal.Recover(s.r.internalPath, targets{s.r.rootfd}, s.r.log)
+}
 
 // Mount takes the backing directory's lock, recovers any cut-off commit,
 // and mounts safefs on mountpoint. It returns once the mount is visible
 // in /proc/mounts (type fuse.safefs).
 func Mount(backing, mountpoint string, o Options) (*Server, error) {
-	return nil, errors.New("not built yet")
+	s, err := open(backing, o)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := s.mount(backing, mountpoint)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	return srv, nil
 }
 
-// Wait blocks until the file system is unmounted.
-func (s *Server) Wait() {}
+func (s *state) mount(backing, mountpoint string) (*Server, error) {
+	r := s.r
+	if _, err := journal.Recover(r.internalPath, targets{r.rootfd}, r.log); err != nil {
+		return nil, fmt.Errorf("recovery: %w", err)
+	}
+	var err error
+	if r.jr, err = journal.Open(r.internalPath, r.opts.Durable, r.log); err != nil {
+		return nil, err
+	}
+	r.locks = lockmgr.New(lockmgr.Options{Timeout: r.opts.LockTimeout, MaxWaiters: r.opts.MaxWaiters})
+	st, err := fstat(r.rootfd)
+	if err != nil {
+		return nil, err
+	}
+	r.top = newFile(1, unix.S_IFDIR, keyOf(&st))
+	r.ids.add(r.top)
+	// Modes arrive from the kernel with the caller's umask applied.
+	unix.Umask(0)
+	srv, err := gofs.Mount(mountpoint, r.newNode(r.top), r.fuseOptions(backing))
+	if err != nil {
+		r.jr.Close()
+		return nil, err
+	}
+	return &Server{srv: srv, r: r, unlock: s.unlock}, nil
+}
 
-// Unmount unmounts, waits for the serve loop to end and releases the lock.
-func (s *Server) Unmount() error { return errors.New("not built yet") }
+func (r *root) fuseOptions(backing string) *gofs.Options {
+	zero, entry := time.Duration(0), time.Second
+	mo := fuse.MountOptions{
+		AllowOther:         r.opts.AllowOther,
+		FsName:             backing,
+		Name:               "safefs",
+		DirectMount:        os.Geteuid() == 0,
+		Options:            []string{"default_permissions", "nosuid", "nodev"},
+		Debug:              r.opts.Debug,
+		Logger:             zap.NewStdLog(r.log.Named("fuse")),
+		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC,
+		DisableReadDirPlus: true,
+		MaxWrite:           1 << 20,
+	}
+	if r.opts.ReadOnly {
+		mo.Options = append(mo.Options, "ro")
+	}
+	return &gofs.Options{
+		MountOptions:    mo,
+		EntryTimeout:    &entry,
+		AttrTimeout:     &zero,
+		NegativeTimeout: &zero,
+		RootStableAttr:  &gofs.StableAttr{Ino: 1, Mode: unix.S_IFDIR},
+		Logger:          zap.NewStdLog(r.log.Named("fuse")),
+	}
+}
 
-// Recover finishes or undoes commits cut off in backing, without mounting.
-// It takes the same lock as Mount (ErrBusy if held).
-func Recover(backing string, o Options) (journal.Summary, error) {
-	return journal.Summary{}, errors.New("not built yet")
+// Wait blocks until the file system is unmounted, then releases BACKING.
+func (s *Server) Wait() {
+	s.srv.Wait()
+	s.release()
+}
+
+// Unmount unmounts, waits for the serve loop to end and releases BACKING.
+func (s *Server) Unmount() error {
+	err := s.srv.Unmount()
+	if err != nil {
+		return err
+	}
+	s.srv.Wait()
+	s.release()
+	return nil
+}
+
+func (s *Server) release() {
+	s.once.Do(func() {
+		if err := s.r.jr.Close(); err != nil {
+			s.r.log.Warn("journal close", zap.Error(err))
+		}
+		s.unlock()
+		s.r.closeFds()
+	})
 }

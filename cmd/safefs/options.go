@@ -1,0 +1,226 @@
+package main
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/safefs/safefs/fs"
+)
+
+// mountConfig is what `safefs mount` was asked for: the fs options plus
+// the logger settings, which belong to the command, not to fs.
+type mountConfig struct {
+	fs        fs.Options
+	logFormat string
+	logLevel  string
+}
+
+func defaultMountConfig() mountConfig {
+	return mountConfig{fs: fs.DefaultOptions(), logFormat: "console", logLevel: "info"}
+}
+
+// mountOption is one -o option. The table drives parsing and --help, so
+// the two cannot disagree.
+type mountOption struct {
+	name  string
+	value string // placeholder shown in --help; "" for an option without a value
+	help  string
+	show  func(c mountConfig) string // value in c; --help shows it for the defaults
+	set   func(c *mountConfig, v string) error
+}
+
+var mountOptions = []mountOption{
+	{name: "allow_other", help: "let users other than the mounter in",
+		show: func(c mountConfig) string { return onOff(c.fs.AllowOther) },
+		set:  func(c *mountConfig, _ string) error { c.fs.AllowOther = true; return nil }},
+	{name: "default_permissions", help: "kernel permission checks; always on, accepted for mount(8) habits",
+		show: func(mountConfig) string { return "on" },
+		set:  func(*mountConfig, string) error { return nil }},
+	{name: "ro", help: "mount read-only",
+		show: func(c mountConfig) string { return onOff(c.fs.ReadOnly) },
+		set:  func(c *mountConfig, _ string) error { c.fs.ReadOnly = true; return nil }},
+	{name: "rw", help: "mount read-write",
+		show: func(c mountConfig) string { return onOff(!c.fs.ReadOnly) },
+		set:  func(c *mountConfig, _ string) error { c.fs.ReadOnly = false; return nil }},
+	{name: "lock_timeout", value: "DURATION", help: "how long a commit waits for its file's lock (Go duration > 0)",
+		show: func(c mountConfig) string { return c.fs.LockTimeout.String() },
+		set:  setLockTimeout},
+	{name: "max_waiters", value: "N", help: "commits that may wait for one file (>= 1); more fail with EAGAIN",
+		show: func(c mountConfig) string { return strconv.Itoa(c.fs.MaxWaiters) },
+		set:  setMaxWaiters},
+	{name: "durability", value: "full|none", help: "full: fsync staging file, directory and journal",
+		show: func(c mountConfig) string { return durabilityName(c.fs.Durable) },
+		set:  setDurability},
+	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
+		show: func(c mountConfig) string { return onOff(c.fs.KillCheck) },
+		set:  setKillCheck},
+	{name: "debug", help: "trace FUSE requests",
+		show: func(c mountConfig) string { return onOff(c.fs.Debug) },
+		set:  func(c *mountConfig, _ string) error { c.fs.Debug = true; return nil }},
+	{name: "log_format", value: "console|json", help: "log format on stderr",
+		show: func(c mountConfig) string { return c.logFormat },
+		set:  setLogFormat},
+	{name: "log_level", value: "debug|info|warn|error", help: "lowest level logged",
+		show: func(c mountConfig) string { return c.logLevel },
+		set:  setLogLevel},
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func durabilityName(durable bool) string {
+	if durable {
+		return "full"
+	}
+	return "none"
+}
+
+func setLockTimeout(c *mountConfig, v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return errors.New("want a Go duration > 0, such as 10s or 500ms")
+	}
+	c.fs.LockTimeout = d
+	return nil
+}
+
+func setMaxWaiters(c *mountConfig, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return errors.New("want a whole number >= 1")
+	}
+	c.fs.MaxWaiters = n
+	return nil
+}
+
+func setDurability(c *mountConfig, v string) error {
+	switch v {
+	case "full":
+		c.fs.Durable = true
+	case "none":
+		c.fs.Durable = false
+	default:
+		return errors.New("want full or none")
+	}
+	return nil
+}
+
+func setKillCheck(c *mountConfig, v string) error {
+	switch v {
+	case "on":
+		c.fs.KillCheck = true
+	case "off":
+		c.fs.KillCheck = false
+	default:
+		return errors.New("want on or off")
+	}
+	return nil
+}
+
+func setLogFormat(c *mountConfig, v string) error {
+	if _, err := newEncoder(v); err != nil {
+		return err
+	}
+	c.logFormat = v
+	return nil
+}
+
+func setLogLevel(c *mountConfig, v string) error {
+	if _, err := parseLevel(v); err != nil {
+		return err
+	}
+	c.logLevel = v
+	return nil
+}
+
+func findOption(name string) (mountOption, bool) {
+	for _, o := range mountOptions {
+		if o.name == name {
+			return o, true
+		}
+	}
+	return mountOption{}, false
+}
+
+// parseOptionList applies one -o argument, "OPT[,OPT...]". Later options
+// win, as with mount(8); empty items are ignored.
+func parseOptionList(c *mountConfig, list string) error {
+	for _, item := range strings.Split(list, ",") {
+		if item == "" {
+			continue
+		}
+		if err := applyOption(c, item); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyOption(c *mountConfig, item string) error {
+	name, val, hasVal := strings.Cut(item, "=")
+	o, ok := findOption(name)
+	switch {
+	case !ok:
+		return failf(exitUsage, "unknown option %q (see safefs mount --help)", name)
+	case o.value == "" && hasVal:
+		return failf(exitUsage, "option %s takes no value", name)
+	case o.value != "" && !hasVal:
+		return failf(exitUsage, "option %s needs a value: %s=%s", name, name, o.value)
+	}
+	if err := o.set(c, val); err != nil {
+		return failf(exitUsage, "bad value for option %s: %q: %v", name, val, err)
+	}
+	return nil
+}
+
+// mountArgs is a parsed `safefs mount` command line.
+type mountArgs struct {
+	cfg        mountConfig
+	backing    string
+	mountpoint string
+	help       bool
+}
+
+// parseMountArgs accepts -o anywhere, also after the positional arguments,
+// because mount(8) and fstab helpers put it there.
+func parseMountArgs(args []string) (mountArgs, error) {
+	a := mountArgs{cfg: defaultMountConfig()}
+	var pos []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		var err error
+		switch {
+		case arg == "-h" || arg == "--help":
+			a.help = true
+			return a, nil
+		case arg == "--":
+			pos = append(pos, args[i+1:]...)
+			i = len(args)
+		case arg == "-o":
+			if i++; i == len(args) {
+				return a, failf(exitUsage, "-o needs a value (see safefs mount --help)")
+			}
+			err = parseOptionList(&a.cfg, args[i])
+		case strings.HasPrefix(arg, "-o"):
+			err = parseOptionList(&a.cfg, arg[2:])
+		case strings.HasPrefix(arg, "-") && arg != "-":
+			err = failf(exitUsage, "unknown flag %s (see safefs mount --help)", arg)
+		default:
+			pos = append(pos, arg)
+		}
+		if err != nil {
+			return a, err
+		}
+	}
+	if len(pos) != 2 {
+		return a, failf(exitUsage, "mount needs BACKING and MOUNTPOINT, got %d arguments (see safefs mount --help)", len(pos))
+	}
+	a.backing, a.mountpoint = pos[0], pos[1]
+	return a, nil
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseMountArgs(t *testing.T) {
+	def := defaultMountConfig()
+	tests := []struct {
+		name string
+		args string
+		want func(c *mountConfig)
+	}{
+		{"defaults", "b m", func(*mountConfig) {}},
+		{"options first", "-o ro,lock_timeout=2s b m", func(c *mountConfig) {
+			c.fs.ReadOnly, c.fs.LockTimeout = true, 2*time.Second
+		}},
+		{"options after args", "b m -o ro", func(c *mountConfig) { c.fs.ReadOnly = true }},
+		{"options between args", "b -o allow_other m", func(c *mountConfig) { c.fs.AllowOther = true }},
+		{"-o glued", "-oallow_other b m", func(c *mountConfig) { c.fs.AllowOther = true }},
+		{"later wins", "-o ro -o rw b m", func(*mountConfig) {}},
+		{"default_permissions is a no-op", "-o default_permissions b m", func(*mountConfig) {}},
+		{"empty items ignored", "-o ,ro,, b m", func(c *mountConfig) { c.fs.ReadOnly = true }},
+		{"everything", "-o durability=none,kill_check=off,max_waiters=3,debug,log_format=json,log_level=warn b m",
+			func(c *mountConfig) {
+				c.fs.Durable, c.fs.KillCheck, c.fs.MaxWaiters, c.fs.Debug = false, false, 3, true
+				c.logFormat, c.logLevel = "json", "warn"
+			}},
+		{"dash-dash", "-o ro -- -b m", func(c *mountConfig) { c.fs.ReadOnly = true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := parseMountArgs(strings.Fields(tt.args))
+			require.NoError(t, err)
+			want := def
+			tt.want(&want)
+			assert.Equal(t, want, a.cfg)
+			assert.Equal(t, "m", a.mountpoint)
+		})
+	}
+}
+
+func TestParseMountArgsErrors(t *testing.T) {
+	for _, args := range []string{
+		"", "b", "b m x", "-o", "-o nope b m", "-o lock_timeout=-1s b m",
+		"-o max_waiters=two b m", "-o durability b m", "-o debug=1 b m", "--bogus b m",
+	} {
+		t.Run(args, func(t *testing.T) {
+			_, err := parseMountArgs(strings.Fields(args))
+			assert.Equal(t, exitUsage, exitCode(err), "%v", err)
+		})
+	}
+}
+
+func TestDefaultsMatchFS(t *testing.T) {
+	c := defaultMountConfig()
+	assert.Equal(t, 10*time.Second, c.fs.LockTimeout)
+	assert.Equal(t, 256, c.fs.MaxWaiters)
+	assert.True(t, c.fs.Durable)
+	assert.True(t, c.fs.KillCheck)
+	assert.False(t, c.fs.ReadOnly)
+	assert.Equal(t, "console", c.logFormat)
+	assert.Equal(t, "info", c.logLevel)
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := newLogger("json", "warn", &buf)
+	require.NoError(t, err)
+	log.Info("dropped")
+	log.Warn("kept")
+	var line map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &line))
+	assert.Equal(t, "kept", line["msg"])
+
+	_, err = newLogger("xml", "info", &buf)
+	assert.Error(t, err)
+	_, err = newLogger("console", "fatal", &buf)
+	assert.Error(t, err)
+}
+
+func TestExitCodeOfUnclassifiedError(t *testing.T) {
+	assert.Equal(t, exitInternal, exitCode(assert.AnError))
+	assert.Equal(t, exitOK, exitCode(nil))
+}

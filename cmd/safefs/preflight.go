@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// devFuseEnv names a hidden environment variable, for tests only: the path
+// preflight checks instead of /dev/fuse, so a test can simulate a machine
+// without FUSE. It is not documented to users and fs ignores it.
+const devFuseEnv = "SAFEFS_DEV_FUSE"
+
+const mountinfoPath = "/proc/self/mountinfo"
+
+// preflightMount refuses, before anything is touched, every setup we can
+// recognise as wrong. It returns BACKING and MOUNTPOINT absolute and free
+// of symlinks.
+func preflightMount(backing, mountpoint string) (string, string, error) {
+	if err := checkDir("backing directory", backing); err != nil {
+		return "", "", err
+	}
+	if err := checkMountpointDir(mountpoint); err != nil {
+		return "", "", err
+	}
+	b, err := resolve("backing directory", backing)
+	if err != nil {
+		return "", "", err
+	}
+	m, err := resolve("mountpoint", mountpoint)
+	if err != nil {
+		return "", "", err
+	}
+	if err := checkNesting(b, m); err != nil {
+		return "", "", err
+	}
+	if err := checkNotMounted(m); err != nil {
+		return "", "", err
+	}
+	return b, m, checkDevFuse()
+}
+
+func checkDir(role, path string) error {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return failf(exitBadDirs, "%s %s does not exist", role, path)
+	case err != nil:
+		return failf(exitBadDirs, "%s: %v", role, err)
+	case !st.IsDir():
+		return failf(exitBadDirs, "%s %s is not a directory", role, path)
+	}
+	return nil
+}
+
+// checkMountpointDir catches a FUSE mount whose server died: stat fails
+// with ENOTCONN, and the user needs to know how to clear it.
+func checkMountpointDir(path string) error {
+	if _, err := os.Stat(path); errors.Is(err, syscall.ENOTCONN) {
+		return failf(exitMounted, "mountpoint %s is a stale FUSE mount (transport endpoint is not connected); clear it with: umount -l %s (or fusermount3 -uz %s)", path, path, path)
+	}
+	return checkDir("mountpoint", path)
+}
+
+func resolve(role, path string) (string, error) {
+	p, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", failf(exitBadDirs, "%s: %v", role, err)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", failf(exitBadDirs, "%s: %v", role, err)
+	}
+	return abs, nil
+}
+
+// checkNesting refuses overlapping trees: serving a directory on itself or
+// inside itself would make safefs see its own mount.
+func checkNesting(b, m string) error {
+	switch {
+	case b == m:
+		return failf(exitBadDirs, "backing directory and mountpoint are the same directory: %s", b)
+	case isWithin(m, b):
+		return failf(exitBadDirs, "mountpoint %s is inside backing directory %s", m, b)
+	case isWithin(b, m):
+		return failf(exitBadDirs, "backing directory %s is inside mountpoint %s", b, m)
+	}
+	return nil
+}
+
+// isWithin reports whether path is parent or below it. Both are clean
+// absolute paths.
+func isWithin(path, parent string) bool {
+	if parent == "/" {
+		return true
+	}
+	return path == parent || strings.HasPrefix(path, parent+"/")
+}
+
+func checkNotMounted(m string) error {
+	f, err := os.Open(mountinfoPath)
+	if err != nil {
+		return fmt.Errorf("read mount table: %w", err)
+	}
+	defer f.Close()
+	points, err := mountPoints(f)
+	if err != nil {
+		return fmt.Errorf("read mount table: %w", err)
+	}
+	for _, p := range points {
+		if p == m {
+			return failf(exitMounted, "mountpoint %s is already a mount point; unmount it or choose another directory", m)
+		}
+	}
+	return nil
+}
+
+// mountPoints returns the mount point column (the fifth) of a
+// /proc/self/mountinfo table.
+func mountPoints(r io.Reader) ([]string, error) {
+	var points []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 {
+			points = append(points, unescapeMountField(fields[4]))
+		}
+	}
+	return points, sc.Err()
+}
+
+// unescapeMountField undoes the kernel's octal escapes (\040 for a space,
+// \011, \012, \134) in a mount table field.
+func unescapeMountField(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func devFusePath() string {
+	if p := os.Getenv(devFuseEnv); p != "" {
+		return p
+	}
+	return "/dev/fuse"
+}
+
+func checkDevFuse() error {
+	p := devFusePath()
+	st, err := os.Stat(p)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return failf(exitNoFuse, "%s does not exist: load the fuse kernel module (modprobe fuse), or in a container pass the device in (--device /dev/fuse)", p)
+	case err != nil:
+		return failf(exitNoFuse, "cannot use FUSE device: %v", err)
+	case st.Mode()&os.ModeCharDevice == 0:
+		return failf(exitNoFuse, "%s is not a character device", p)
+	}
+	return nil
+}

@@ -1,0 +1,276 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/journal"
+	"github.com/safefs/safefs/lockmgr"
+)
+
+// commit publishes the handle's pending version under the file's lock.
+// h.mu is held. On failure the previous version stays and the pending
+// version is dropped (or, when the lock never came, kept in rejected/).
+func (h *handle) commit() error {
+	r := h.n.r
+	ctx, cancel := lockContext(r)
+	defer cancel()
+	g, err := r.locks.Lock(ctx, h.n.f.ino)
+	if err != nil {
+		return h.reject(err)
+	}
+	defer g.Release()
+	if h.append {
+		err = h.commitAppend(g)
+	} else {
+		err = h.commitWhole(g)
+	}
+	if err != nil {
+		r.log.Warn("commit failed, previous version kept", zap.String("path", h.n.path()), zap.Error(err))
+		h.discard()
+		return err
+	}
+	h.n.f.bump()
+	return nil
+}
+
+// reject keeps the pending bytes in rejected/ when the lock could not be
+// had, and maps the reason to the documented errno.
+func (h *handle) reject(why error) error {
+	r := h.n.r
+	kept := h.stageNm
+	if err := renameAt(r.stagingfd, h.stageNm, r.rejectedfd, h.stageNm, 0); err != nil {
+		kept = ""
+		r.log.Error("could not keep rejected bytes", zap.String("path", h.n.path()), zap.Error(err))
+		h.discard()
+	} else {
+		h.stage.Close()
+		h.stage, h.stageNm, h.dirty = nil, "", false
+	}
+	r.log.Warn("commit rejected", zap.String("path", h.n.path()), zap.Error(why),
+		zap.String("kept_in", journal.RejectedDir+"/"+kept))
+	return lockErrno(why)
+}
+
+// commitWhole publishes the staging file: by rename when the file has one
+// name, in place (with an undo copy) when it has several, so hard links
+// stay one file.
+func (h *handle) commitWhole(g *lockmgr.Grant) error {
+	dir, nm, err := h.n.where()
+	if errors.Is(err, syscall.ENOENT) {
+		h.n.r.log.Info("file was unlinked: commit not published", zap.Uint64("ino", h.n.f.ino))
+		h.discard()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st, err := statAt(dir, nm)
+	if err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return syscall.ESTALE
+	}
+	if st.Nlink > 1 {
+		return h.commitInPlace(g, dir, nm)
+	}
+	return h.commitReplace(g, dir, nm, &st)
+}
+
+func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.Stat_t) error {
+	r := h.n.r
+	if err := h.carryMeta(old, dir, nm); err != nil {
+		return err
+	}
+	if r.opts.Durable {
+		if err := h.stage.Sync(); err != nil {
+			return fmt.Errorf("fsync staging: %w", err)
+		}
+	}
+	if err := g.Check(); err != nil {
+		return err
+	}
+	e, err := r.jr.Begin(journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.stageNm})
+	if err != nil {
+		return err
+	}
+	defer e.Abort()
+	if err := r.crash("replace-before-rename"); err != nil {
+		return err
+	}
+	if err := renameAt(r.stagingfd, h.stageNm, dir, nm, 0); err != nil {
+		return err
+	}
+	// The new version is in place: from here on, failure to sync is
+	// reported but the commit is not undone.
+	st, serr := fstat(int(h.stage.Fd()))
+	if serr == nil {
+		r.ids.rekey(h.n.f, keyOf(&st))
+	}
+	h.setBase(h.stage, 0)
+	h.stage, h.stageNm, h.dirty = nil, "", false
+	if err := r.crash("replace-after-rename"); err != nil {
+		return err
+	}
+	if r.opts.Durable {
+		if err := fsyncDir(dir); err != nil {
+			return fmt.Errorf("fsync directory: %w", err)
+		}
+	}
+	return e.Commit()
+}
+
+func (h *handle) commitInPlace(g *lockmgr.Grant, dir int, nm string) error {
+	r := h.n.r
+	fd, err := openAt(dir, nm, unix.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	target := os.NewFile(uintptr(fd), nm)
+	defer target.Close()
+	st, err := fstat(fd)
+	if err != nil {
+		return err
+	}
+	undo, undoNm, err := newTemp(r.undofd)
+	if err != nil {
+		return err
+	}
+	defer r.dropTemp(r.undofd, undo, undoNm)
+	if err := copyData(undo, target); err != nil {
+		return err
+	}
+	if err := undo.Sync(); err != nil {
+		return err
+	}
+	crc, err := journal.CRC(undo, 0, st.Size)
+	if err != nil {
+		return err
+	}
+	if err := g.Check(); err != nil {
+		return err
+	}
+	e, err := r.jr.Begin(journal.Record{Kind: journal.InPlace, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
+		Undo: undoNm, UndoSize: st.Size, UndoCRC: crc})
+	if err != nil {
+		return err
+	}
+	defer e.Abort()
+	if err := h.writeInPlace(target, &st); err != nil {
+		return h.undoInPlace(target, undo, err)
+	}
+	h.discard()
+	return e.Commit()
+}
+
+func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
+	r := h.n.r
+	if err := unix.Ftruncate(int(target.Fd()), 0); err != nil {
+		return err
+	}
+	if err := r.crash("inplace-truncated"); err != nil {
+		return err
+	}
+	if err := copyData(target, h.stage); err != nil {
+		return err
+	}
+	if mode := h.keptMode(st.Mode); mode != st.Mode&07777 {
+		if err := unix.Fchmod(int(target.Fd()), mode); err != nil {
+			return err
+		}
+	}
+	if r.opts.Durable {
+		return target.Sync()
+	}
+	return nil
+}
+
+// undoInPlace puts the saved bytes back after a failed in-place write.
+func (h *handle) undoInPlace(target, undo *os.File, why error) error {
+	if err := copyData(target, undo); err != nil {
+		h.n.r.log.Error("in-place commit failed and could not be undone: recovery at next mount will",
+			zap.String("path", h.n.path()), zap.Error(err))
+	}
+	return why
+}
+
+func (h *handle) commitAppend(g *lockmgr.Grant) error {
+	r := h.n.r
+	dir, nm, err := h.n.where()
+	if errors.Is(err, syscall.ENOENT) {
+		h.discard()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fd, err := openAt(dir, nm, unix.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	target := os.NewFile(uintptr(fd), nm)
+	defer target.Close()
+	st, err := fstat(fd)
+	if err != nil {
+		return err
+	}
+	ps, err := fstat(int(h.stage.Fd()))
+	if err != nil {
+		return err
+	}
+	crc, err := journal.CRC(h.stage, 0, ps.Size)
+	if err != nil {
+		return err
+	}
+	if err := g.Check(); err != nil {
+		return err
+	}
+	e, err := r.jr.Begin(journal.Record{Kind: journal.Append, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
+		OldSize: st.Size, Len: ps.Size, CRC: crc})
+	if err != nil {
+		return err
+	}
+	defer e.Abort()
+	if err := copyRange(target, st.Size, h.stage, 0, ps.Size); err != nil {
+		_ = unix.Ftruncate(fd, st.Size)
+		return err
+	}
+	if err := r.crash("append-written"); err != nil {
+		return err
+	}
+	if r.opts.Durable {
+		if err := unix.Fdatasync(fd); err != nil {
+			_ = unix.Ftruncate(fd, st.Size)
+			return err
+		}
+	}
+	if err := unix.Ftruncate(int(h.stage.Fd()), 0); err != nil {
+		return err
+	}
+	h.dirty = false
+	return e.Commit()
+}
+
+// lockContext bounds a lock wait by lock_timeout. It is not the request's
+// context: go-fuse cancels that on any signal, SIGURG included.
+func lockContext(r *root) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), r.opts.LockTimeout)
+}
+
+// lockErrno maps a failed lock wait to the documented errno.
+func lockErrno(err error) error {
+	switch {
+	case errors.Is(err, lockmgr.ErrTooManyWaiters):
+		return syscall.EAGAIN
+	case errors.Is(err, lockmgr.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return syscall.ETIMEDOUT
+	}
+	return err
+}

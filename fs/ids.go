@@ -1,0 +1,94 @@
+package fs
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// key is the identity of one backing inode.
+type key struct{ dev, ino uint64 }
+
+func keyOf(st *unix.Stat_t) key { return key{uint64(st.Dev), st.Ino} }
+
+// firstSynthetic starts the inode numbers safefs makes up when a backing
+// inode number is already taken by another logical file (after a commit
+// the logical file keeps its number while the backing number changes,
+// and the old number can be reused by the backing file system).
+const firstSynthetic = 1 << 62
+
+// ids maps backing inodes to logical files. A logical file keeps one
+// inode number, and so one kernel inode (page cache, flock and fcntl
+// locks), across all its committed versions.
+type ids struct {
+	mu     sync.Mutex
+	byKey  map[key]*file
+	byIno  map[uint64]*file
+	nextID uint64
+}
+
+func newIDs() *ids {
+	return &ids{byKey: map[key]*file{}, byIno: map[uint64]*file{}, nextID: firstSynthetic}
+}
+
+// get returns the logical file for st, making one if it is new.
+func (t *ids) get(st *unix.Stat_t) *file {
+	k := keyOf(st)
+	kind := st.Mode & unix.S_IFMT
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.byKey[k]; f != nil && f.kind == kind {
+		return f
+	}
+	ino := st.Ino
+	if _, taken := t.byIno[ino]; taken || ino <= 1 {
+		ino = t.nextID
+		t.nextID++
+	}
+	f := newFile(ino, kind, k)
+	t.byKey[k] = f
+	t.byIno[ino] = f
+	return f
+}
+
+// add registers f (made by the caller, e.g. the root).
+func (t *ids) add(f *file) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.byKey[f.key] = f
+	t.byIno[f.ino] = f
+}
+
+// rekey records that f's current version is now the backing inode k.
+func (t *ids) rekey(f *file, k key) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byKey[f.key] == f {
+		delete(t.byKey, f.key)
+	}
+	f.key = k
+	t.byKey[k] = f
+	t.byIno[f.ino] = f
+}
+
+// drop removes f from the tables (the kernel forgot it).
+func (t *ids) drop(f *file) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byKey[f.key] == f {
+		delete(t.byKey, f.key)
+	}
+	if t.byIno[f.ino] == f {
+		delete(t.byIno, f.ino)
+	}
+}
+
+// inoOf is the inode number a directory listing shows for a backing inode.
+func (t *ids) inoOf(k key) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.byKey[k]; f != nil {
+		return f.ino
+	}
+	return k.ino
+}

@@ -1,0 +1,197 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Node is the FUSE side of one logical file or directory. Several Nodes
+// may exist for one logical file while go-fuse picks the one it keeps;
+// all state lives in the shared *file.
+type Node struct {
+	gofs.Inode
+	r *root
+	f *file
+
+	mu    sync.Mutex
+	dirfd int // directories: O_PATH fd, opened on first use; -1 before
+}
+
+func (r *root) newNode(f *file) *Node { return &Node{r: r, f: f, dirfd: -1} }
+
+func (n *Node) isRoot() bool { return n.f == n.r.top }
+
+func (n *Node) isDir() bool { return n.f.kind == unix.S_IFDIR }
+
+// dirFd returns the directory's O_PATH fd. It follows the directory
+// through renames, so names built under it cannot go astray.
+func (n *Node) dirFd() (int, error) {
+	if n.isRoot() {
+		return n.r.rootfd, nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.dirfd >= 0 {
+		return n.dirfd, nil
+	}
+	pfd, nm, err := n.where()
+	if err != nil {
+		return -1, err
+	}
+	fd, err := openDir(pfd, nm)
+	if err != nil {
+		return -1, err
+	}
+	n.dirfd = fd
+	return fd, nil
+}
+
+// where returns a directory fd and name under which f is found now.
+func (n *Node) where() (int, string, error) {
+	nm, ok := n.f.anyName()
+	if !ok {
+		return -1, "", syscall.ENOENT
+	}
+	fd, err := nm.dir.dirFd()
+	return fd, nm.name, err
+}
+
+// path is the path below the mount root, for logs and the journal. It
+// is built from the file's own names, not from n's place in go-fuse's
+// tree: n may be a duplicate that go-fuse did not keep.
+func (n *Node) path() string {
+	if n.isRoot() {
+		return "."
+	}
+	nm, ok := n.f.anyName()
+	if !ok {
+		return "(unlinked)"
+	}
+	if nm.dir.isRoot() {
+		return nm.name
+	}
+	return nm.dir.Path(nil) + "/" + nm.name
+}
+
+func (n *Node) errno(err error) syscall.Errno {
+	return toErrno(n.r.log, n.path(), err)
+}
+
+// OnForget drops the directory fd and, once nothing refers to the logical
+// file any more, its table entries.
+func (n *Node) OnForget() {
+	n.mu.Lock()
+	if n.dirfd >= 0 {
+		unix.Close(n.dirfd)
+		n.dirfd = -1
+	}
+	n.mu.Unlock()
+	n.r.forget(n.f)
+}
+
+// stat returns the attributes of f's current committed version.
+func (n *Node) stat() (unix.Stat_t, error) {
+	if n.isDir() {
+		fd, err := n.dirFd()
+		if err != nil {
+			return unix.Stat_t{}, err
+		}
+		return fstat(fd)
+	}
+	dir, nm, err := n.where()
+	if err != nil {
+		if st, ok := n.f.statOpen(); ok {
+			return st, nil // unlinked but still open
+		}
+		return unix.Stat_t{}, err
+	}
+	return statAt(dir, nm)
+}
+
+func fillAttr(a *fuse.Attr, st *unix.Stat_t, ino uint64) {
+	a.Ino = ino
+	a.Size = uint64(st.Size)
+	a.Blocks = uint64(st.Blocks)
+	a.Atime, a.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
+	a.Mtime, a.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
+	a.Ctime, a.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
+	a.Mode = st.Mode
+	a.Nlink = uint32(st.Nlink)
+	a.Owner = fuse.Owner{Uid: st.Uid, Gid: st.Gid}
+	a.Rdev = uint32(st.Rdev)
+	a.Blksize = uint32(st.Blksize)
+}
+
+// child returns the inode for entry nm of n, whose backing stat is st.
+func (n *Node) child(ctx context.Context, nm string, st *unix.Stat_t, out *fuse.EntryOut) *gofs.Inode {
+	f := n.r.ids.get(st)
+	f.addName(n, nm)
+	fillAttr(&out.Attr, st, f.ino)
+	return n.NewInode(ctx, n.r.newNode(f), gofs.StableAttr{Mode: f.kind, Ino: f.ino})
+}
+
+// hidden reports whether nm in n is the internal directory.
+func (n *Node) hidden(nm string) bool {
+	return n.isRoot() && nm == InternalDir
+}
+
+func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.hidden(nm) {
+		return nil, syscall.ENOENT
+	}
+	dir, err := n.dirFd()
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	st, err := statAt(dir, nm)
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	return n.child(ctx, nm, &st, out), 0
+}
+
+func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if h, ok := fh.(*handle); ok {
+		st, err := h.stat()
+		if err != nil {
+			return n.errno(err)
+		}
+		fillAttr(&out.Attr, &st, n.f.ino)
+		return 0
+	}
+	st, err := n.stat()
+	if err != nil {
+		return n.errno(err)
+	}
+	fillAttr(&out.Attr, &st, n.f.ino)
+	return 0
+}
+
+func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var s unix.Statfs_t
+	if err := unix.Fstatfs(n.r.rootfd, &s); err != nil {
+		return n.errno(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Bfree, s.Bavail
+	out.Files, out.Ffree = s.Files, s.Ffree
+	out.Bsize, out.Frsize = uint32(s.Bsize), uint32(s.Frsize)
+	out.NameLen = uint32(s.Namelen)
+	return 0
+}
+
+func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	dir, nm, err := n.where()
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	s, err := readlinkAt(dir, nm)
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	return []byte(s), 0
+}

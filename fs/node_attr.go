@@ -1,0 +1,157 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// withSelf runs fn on an O_PATH fd of the current version of n.
+func (n *Node) withSelf(fn func(fd int) error) error {
+	if n.isDir() {
+		fd, err := n.dirFd()
+		if err != nil {
+			return err
+		}
+		return fn(fd)
+	}
+	dir, nm, err := n.where()
+	if err != nil {
+		return err
+	}
+	return withPath(dir, nm, fn)
+}
+
+func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	h, _ := fh.(*handle)
+	if size, ok := in.GetSize(); ok {
+		if err := n.truncate(ctx, h, size); err != nil {
+			return n.errno(err)
+		}
+	}
+	if err := n.withSelf(func(fd int) error { return setMeta(procPath(fd), in) }); err != nil {
+		return n.errno(err)
+	}
+	if h != nil {
+		if err := h.setMeta(in); err != nil {
+			return n.errno(err)
+		}
+	}
+	return n.Getattr(ctx, fh, out)
+}
+
+// setMeta applies chown, chmod and utimens of in to the inode at path
+// (a /proc/self/fd path of an O_PATH fd: exactly that inode).
+func setMeta(path string, in *fuse.SetAttrIn) error {
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if uok || gok {
+		u, g := -1, -1
+		if uok {
+			u = int(uid)
+		}
+		if gok {
+			g = int(gid)
+		}
+		if err := unix.Chown(path, u, g); err != nil {
+			return err
+		}
+	}
+	if mode, ok := in.GetMode(); ok {
+		if err := unix.Chmod(path, mode&07777); err != nil {
+			return err
+		}
+	}
+	return setTimes(path, in)
+}
+
+func setTimes(path string, in *fuse.SetAttrIn) error {
+	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+	set := false
+	if a, ok := in.GetATime(); ok {
+		ts[0], set = unix.NsecToTimespec(a.UnixNano()), true
+	} else if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+		ts[0], set = unix.Timespec{Nsec: unix.UTIME_NOW}, true
+	}
+	if m, ok := in.GetMTime(); ok {
+		ts[1], set = unix.NsecToTimespec(m.UnixNano()), true
+	} else if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+		ts[1], set = unix.Timespec{Nsec: unix.UTIME_NOW}, true
+	}
+	if !set {
+		return nil
+	}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, 0)
+}
+
+// setMeta applies mode and times to the pending version too, so that
+// futimens or fchmod before close survive the commit.
+func (h *handle) setMeta(in *fuse.SetAttrIn) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stage == nil || h.append {
+		return nil
+	}
+	return setTimes(procPath(int(h.stage.Fd())), in)
+}
+
+// truncate is ftruncate on a write handle (pending until close), or
+// truncate(path): a commit of its own.
+func (n *Node) truncate(ctx context.Context, h *handle, size uint64) error {
+	if h != nil && h.write {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.truncate(size)
+	}
+	if n.r.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	base, err := n.openCurrent(unix.O_RDWR)
+	if err != nil {
+		return err
+	}
+	t, err := n.newHandle(ctx, base, syscall.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer t.Release(ctx)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.truncate(size); err != nil {
+		return err
+	}
+	return t.commit()
+}
+
+func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	var sz int
+	err := n.withSelf(func(fd int) (err error) {
+		sz, err = unix.Getxattr(procPath(fd), attr, dest)
+		return err
+	})
+	return uint32(max(sz, 0)), n.errno(err)
+}
+
+func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	var sz int
+	err := n.withSelf(func(fd int) (err error) {
+		sz, err = unix.Listxattr(procPath(fd), dest)
+		return err
+	})
+	return uint32(max(sz, 0)), n.errno(err)
+}
+
+func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return n.errno(n.withSelf(func(fd int) error {
+		return unix.Setxattr(procPath(fd), attr, data, int(flags))
+	}))
+}
+
+func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.errno(n.withSelf(func(fd int) error {
+		return unix.Removexattr(procPath(fd), attr)
+	}))
+}

@@ -1,0 +1,196 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// newEntry runs make in n's directory fd, gives the new entry to the
+// caller and returns its inode.
+func (n *Node) newEntry(ctx context.Context, nm string, out *fuse.EntryOut, make func(dir int) error) (*gofs.Inode, syscall.Errno) {
+	if n.hidden(nm) {
+		return nil, syscall.EPERM
+	}
+	dir, err := n.dirFd()
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	if err := make(dir); err != nil {
+		return nil, n.errno(err)
+	}
+	if err := n.own(ctx, dir, nm); err != nil {
+		n.r.log.Warn("could not give new entry to caller")
+		return nil, n.errno(err)
+	}
+	st, err := statAt(dir, nm)
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	return n.child(ctx, nm, &st, out), 0
+}
+
+func (n *Node) Mkdir(ctx context.Context, nm string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return n.newEntry(ctx, nm, out, func(dir int) error { return mkdirAt(dir, nm, mode) })
+}
+
+func (n *Node) Mknod(ctx context.Context, nm string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return n.newEntry(ctx, nm, out, func(dir int) error { return mknodAt(dir, nm, mode, int(dev)) })
+}
+
+func (n *Node) Symlink(ctx context.Context, target, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return n.newEntry(ctx, nm, out, func(dir int) error { return symlinkAt(target, dir, nm) })
+}
+
+func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.hidden(nm) {
+		return nil, syscall.EPERM
+	}
+	t := target.(*Node)
+	tdir, tnm, err := t.where()
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	dir, err := n.dirFd()
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	if err := linkAt(tdir, tnm, dir, nm); err != nil {
+		return nil, n.errno(err)
+	}
+	st, err := statAt(dir, nm)
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	return n.child(ctx, nm, &st, out), 0
+}
+
+// lockChildren takes the commit locks of the named children, so that a
+// name never changes under a commit in progress.
+func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
+	var keys []uint64
+	for _, k := range kids {
+		if k != nil {
+			keys = append(keys, k.f.ino)
+		}
+	}
+	ctx, cancel := lockContext(n.r)
+	defer cancel()
+	g, err := n.r.locks.Lock(ctx, keys...)
+	if err != nil {
+		return nil, lockErrno(err)
+	}
+	return g.Release, nil
+}
+
+// kid returns the known child nm of n, or nil.
+func (n *Node) kid(nm string) *Node {
+	c := n.GetChild(nm)
+	if c == nil {
+		return nil
+	}
+	k, _ := c.Operations().(*Node)
+	return k
+}
+
+func (n *Node) remove(nm string, flags int) syscall.Errno {
+	if n.hidden(nm) {
+		return syscall.ENOENT
+	}
+	k := n.kid(nm)
+	release, err := n.lockChildren(k)
+	if err != nil {
+		return n.errno(err)
+	}
+	defer release()
+	dir, err := n.dirFd()
+	if err != nil {
+		return n.errno(err)
+	}
+	if err := unlinkAt(dir, nm, flags); err != nil {
+		return n.errno(err)
+	}
+	if k != nil {
+		k.f.dropName(n, nm)
+	}
+	return 0
+}
+
+func (n *Node) Unlink(ctx context.Context, nm string) syscall.Errno { return n.remove(nm, 0) }
+
+func (n *Node) Rmdir(ctx context.Context, nm string) syscall.Errno {
+	return n.remove(nm, unix.AT_REMOVEDIR)
+}
+
+func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np := newParent.(*Node)
+	if n.hidden(nm) || np.hidden(newName) {
+		return syscall.EPERM
+	}
+	src, dst := n.kid(nm), np.kid(newName)
+	release, err := n.lockChildren(src, dst)
+	if err != nil {
+		return n.errno(err)
+	}
+	defer release()
+	odir, err := n.dirFd()
+	if err != nil {
+		return n.errno(err)
+	}
+	ndir, err := np.dirFd()
+	if err != nil {
+		return n.errno(err)
+	}
+	if err := renameAt(odir, nm, ndir, newName, uint(flags)); err != nil {
+		return n.errno(err)
+	}
+	if src != nil {
+		src.f.dropName(n, nm)
+		src.f.addName(np, newName)
+	}
+	if dst != nil && dst != src {
+		dst.f.dropName(np, newName)
+		if flags&unix.RENAME_EXCHANGE != 0 {
+			dst.f.addName(n, nm)
+		}
+	}
+	return 0
+}
+
+func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	dir, err := n.dirFd()
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	fd, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, n.errno(err)
+	}
+	st, err := fstat(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, n.errno(err)
+	}
+	ds, errno := gofs.NewLoopbackDirStreamFd(fd)
+	if errno != 0 {
+		unix.Close(fd)
+		return nil, errno
+	}
+	defer ds.Close()
+	var list []fuse.DirEntry
+	for ds.HasNext() {
+		e, errno := ds.Next()
+		if errno != 0 {
+			return nil, errno
+		}
+		if n.hidden(e.Name) {
+			continue
+		}
+		e.Ino = n.r.ids.inoOf(key{uint64(st.Dev), e.Ino})
+		list = append(list, e)
+	}
+	return gofs.NewListDirStream(list), 0
+}

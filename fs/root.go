@@ -1,0 +1,92 @@
+package fs
+
+import (
+	"errors"
+	"os"
+	"syscall"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/journal"
+	"github.com/safefs/safefs/lockmgr"
+)
+
+// root is the state of one mount.
+type root struct {
+	rootfd     int // BACKING, O_PATH
+	internalfd int // BACKING/.safefs
+	stagingfd  int
+	undofd     int
+	rejectedfd int
+	// internalPath is for the journal package, which opens its parts
+	// with O_NOFOLLOW; the fds above were opened the same way.
+	internalPath string
+
+	top     *file
+	ids     *ids
+	locks   *lockmgr.Manager
+	jr      *journal.Journal
+	opts    Options
+	log     *zap.Logger
+	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
+}
+
+// crash kills the daemon at a named step of a commit, for crash tests
+// (SAFEFS_CRASH_AT=<point> in the daemon's environment).
+func (r *root) crash(point string) error {
+	if r.crashAt == point {
+		r.log.Warn("crash point reached: SIGKILL", zap.String("point", point))
+		_ = r.log.Sync()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	return nil
+}
+
+// dropTemp closes and removes a staging or undo file.
+func (r *root) dropTemp(dir int, f *os.File, nm string) {
+	f.Close()
+	if err := unlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		r.log.Warn("could not remove temp file", zap.String("name", nm), zap.Error(err))
+	}
+}
+
+// forget drops a logical file the kernel no longer knows.
+func (r *root) forget(f *file) {
+	if f == r.top {
+		return
+	}
+	f.mu.Lock()
+	open := len(f.handles) > 0
+	f.mu.Unlock()
+	if !open {
+		r.ids.drop(f)
+	}
+}
+
+func (f *file) bump() {
+	f.mu.Lock()
+	f.version++
+	f.mu.Unlock()
+}
+
+// targets opens journal targets for recovery, beneath BACKING only.
+type targets struct{ rootfd int }
+
+func (t targets) OpenTarget(rel string) (*os.File, error) {
+	fd, err := openRel(t.rootfd, rel, unix.O_PATH, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	st, err := fstat(fd)
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, unix.EINVAL
+	}
+	// Reopen the very inode checked above, now for writing.
+	return os.OpenFile(procPath(fd), os.O_RDWR|unix.O_CLOEXEC, 0)
+}

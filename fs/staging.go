@@ -1,0 +1,102 @@
+package fs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// tempName is fixed-length and random, so it never collides and never
+// depends on the (up to 255 byte) name of the file it stands for.
+func tempName() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newTemp creates a private 0600 file in dir (staging or undo).
+func newTemp(dir int) (*os.File, string, error) {
+	nm := tempName()
+	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		return nil, "", err
+	}
+	return os.NewFile(uintptr(fd), nm), nm, nil
+}
+
+// copyData makes dst a copy of src: a reflink where the file system has
+// them, else copy_file_range over src's data runs only, so a sparse file
+// stays sparse and a 1 TiB hole costs nothing.
+func copyData(dst, src *os.File) error {
+	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
+		return nil
+	}
+	st, err := fstat(int(src.Fd()))
+	if err != nil {
+		return err
+	}
+	if err := unix.Ftruncate(int(dst.Fd()), 0); err != nil {
+		return err
+	}
+	for off := int64(0); off < st.Size; {
+		data, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		hole, err := unix.Seek(int(src.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		if err := copyRange(dst, data, src, data, hole-data); err != nil {
+			return err
+		}
+		off = hole
+	}
+	return unix.Ftruncate(int(dst.Fd()), st.Size)
+}
+
+// copyRange copies n bytes of src at soff to dst at doff.
+func copyRange(dst *os.File, doff int64, src *os.File, soff, n int64) error {
+	for n > 0 {
+		c, err := unix.CopyFileRange(int(src.Fd()), &soff, int(dst.Fd()), &doff, int(min(n, 1<<30)), 0)
+		if err != nil {
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+				return copyPlain(dst, doff, src, soff, n)
+			}
+			return err
+		}
+		if c == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		n -= int64(c)
+	}
+	return nil
+}
+
+func copyPlain(dst *os.File, doff int64, src *os.File, soff, n int64) error {
+	r := io.NewSectionReader(src, soff, n)
+	w := io.NewOffsetWriter(dst, doff)
+	c, err := io.Copy(w, r)
+	if err == nil && c < n {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// fsyncDir makes a rename or unlink in dir durable. dir is an O_PATH fd,
+// which fsync refuses, so it is reopened for reading.
+func fsyncDir(dir int) error {
+	fd, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fsync(fd)
+}

@@ -1,0 +1,187 @@
+package journal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+)
+
+// Subdirectories of INTERNAL.
+const (
+	StagingDir  = "staging"  // staging files of open writers
+	UndoDir     = "undo"     // old bytes saved before an in-place commit
+	RejectedDir = "rejected" // kept for humans; recovery never removes anything here
+)
+
+// internalName is INTERNAL's name in BACKING; no record may point into it.
+const internalName = ".safefs"
+
+const (
+	maxTarget = 4096 * 16
+	maxName   = 255 // NAME_MAX: a longer name would make every *at call fail
+)
+
+// Kind says how a commit changes its target.
+type Kind string
+
+const (
+	Replace Kind = "replace" // rename of a staging file over the target
+	Append  Kind = "append"  // bytes appended to the target in place
+	InPlace Kind = "inplace" // target overwritten in place, old bytes in undo
+)
+
+// Record is the journal line written before a commit touches its target.
+type Record struct {
+	ID       uint64 `json:"id"`
+	Kind     Kind   `json:"kind"`
+	Target   string `json:"target"`
+	Staging  string `json:"staging,omitempty"`
+	Dev      uint64 `json:"dev,omitempty"`
+	Ino      uint64 `json:"ino,omitempty"`
+	OldSize  int64  `json:"old_size,omitempty"`
+	Len      int64  `json:"len,omitempty"`
+	CRC      uint32 `json:"crc,omitempty"`
+	Undo     string `json:"undo,omitempty"`
+	UndoSize int64  `json:"undo_size,omitempty"`
+	UndoCRC  uint32 `json:"undo_crc,omitempty"`
+}
+
+// Validate refuses records that recovery could not act on safely. It is
+// applied on write and again on read, since the journal is not trusted.
+func (r Record) Validate() error {
+	if err := validTarget(r.Target); err != nil {
+		return err
+	}
+	switch r.Kind {
+	case Replace:
+		return validName("staging", r.Staging)
+	case Append:
+		return r.validAppend()
+	case InPlace:
+		return r.validInPlace()
+	}
+	return fmt.Errorf("unknown kind %q", r.Kind)
+}
+
+func (r Record) validAppend() error {
+	if r.Ino == 0 {
+		return errors.New("append without ino")
+	}
+	if r.OldSize < 0 || r.Len < 0 || r.OldSize > maxInt64-r.Len {
+		return errors.New("append with bad size")
+	}
+	return nil
+}
+
+func (r Record) validInPlace() error {
+	if r.Ino == 0 {
+		return errors.New("inplace without ino")
+	}
+	if r.UndoSize < 0 {
+		return errors.New("inplace with bad undo size")
+	}
+	return validName("undo", r.Undo)
+}
+
+const maxInt64 = 1<<63 - 1
+
+func validTarget(t string) error {
+	switch {
+	case t == "" || t == ".":
+		return errors.New("empty target")
+	case len(t) > maxTarget:
+		return errors.New("target too long")
+	case filepath.IsAbs(t):
+		return errors.New("absolute target")
+	case filepath.Clean(t) != t:
+		return errors.New("target not clean")
+	case strings.ContainsRune(t, 0):
+		return errors.New("NUL in target")
+	case !utf8.ValidString(t):
+		// JSON would silently replace the bad bytes and name another file.
+		return errors.New("target not UTF-8")
+	}
+	parts := strings.Split(t, "/")
+	for _, p := range parts {
+		if p == ".." {
+			return errors.New("target leaves BACKING")
+		}
+	}
+	if parts[0] == internalName {
+		return errors.New("target inside INTERNAL")
+	}
+	return nil
+}
+
+func validName(what, n string) error {
+	switch {
+	case n == "":
+		return fmt.Errorf("missing %s name", what)
+	case n == "." || n == ".." || len(n) > maxName:
+		return fmt.Errorf("bad %s name", what)
+	case strings.ContainsAny(n, "/\x00") || !utf8.ValidString(n):
+		return fmt.Errorf("bad %s name", what)
+	}
+	return nil
+}
+
+// endRecord finishes the Record with the same ID.
+type endRecord struct {
+	End     uint64 `json:"end"`
+	Aborted bool   `json:"aborted,omitempty"`
+}
+
+// line is either a Record or an endRecord; End tells which.
+type line struct {
+	Record
+	End     *uint64 `json:"end"`
+	Aborted bool    `json:"aborted"`
+}
+
+// encodeLine frames v as "crc32c-hex SP json LF".
+func encodeLine(v any) ([]byte, error) {
+	js, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, "%08x %s\n", crc32c(js), js), nil
+}
+
+// decodeLine checks the frame of one line (without its LF) and decodes it.
+func decodeLine(b []byte) (line, error) {
+	var l line
+	if len(b) < 10 || b[8] != ' ' {
+		return l, errors.New("bad frame")
+	}
+	sum, ok := parseHex8(b[:8])
+	if !ok {
+		return l, errors.New("bad checksum field")
+	}
+	js := b[9:]
+	if crc32c(js) != sum {
+		return l, errors.New("checksum mismatch")
+	}
+	if err := json.Unmarshal(js, &l); err != nil {
+		return l, fmt.Errorf("bad JSON: %w", err)
+	}
+	return l, nil
+}
+
+// parseHex8 accepts exactly what encodeLine writes: 8 lowercase hex digits.
+func parseHex8(b []byte) (uint32, bool) {
+	var v uint32
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | uint32(c-'0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | uint32(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return v, true
+}

@@ -51,6 +51,9 @@ func TestBeginCommitAbortLines(t *testing.T) {
 	assert.Equal(t, `{"end":2,"aborted":true}`, checkLine(t, ls[3]))
 	assert.Equal(t, uint64(2), b.Record().ID)
 	require.NoError(t, j.Close())
+	fi, err := os.Stat(filepath.Join(e.internal, journalName))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 }
 
 func TestAbortAfterCommitIsNoop(t *testing.T) {

@@ -130,6 +130,19 @@ func TestRecoverInPlaceCorruptUndo(t *testing.T) {
 	assert.Empty(t, e.targets.calls, "an unverified undo never reaches the target")
 }
 
+func TestRecoverInPlaceWrongFile(t *testing.T) {
+	e := newEnv(t)
+	e.write("f", "original")
+	rec := e.inplaceRec("f", "u1")
+	e.begin(rec)
+	require.NoError(t, os.Rename(e.path("f"), e.path("f.old")))
+	e.write("f", "someone else's file")
+
+	assert.Equal(t, Summary{Records: 1, Refused: 1}, e.recoverTwice())
+	assert.Equal(t, "someone else's file", e.read("f"))
+	assert.Equal(t, "original", e.read(filepath.Join(internalName, RejectedDir, "undo-u1")))
+}
+
 func TestRecoverInPlaceShortUndoWithoutRejectedDir(t *testing.T) {
 	e := newEnv(t)
 	require.NoError(t, os.Remove(filepath.Join(e.internal, RejectedDir)))

@@ -2,9 +2,9 @@ package journal
 
 // Summary says what a recovery did.
 type Summary struct {
-	Records    int // journal records read
+	Records    int // valid commit records read (end lines not counted)
 	Completed  int // cut-off commits found already complete (replayed forward)
 	RolledBack int // cut-off commits undone
 	Orphans    int // staging or undo files removed
-	Refused    int // records ignored: torn, bad checksum, unsafe target
+	Refused    int // lines or commits not acted on: torn, bad checksum, unsafe or changed target, bad undo
 }

@@ -143,29 +143,48 @@ func (h *handle) commitInPlace(g *lockmgr.Grant, dir int, nm string) error {
 	if err != nil {
 		return err
 	}
-	defer r.dropTemp(r.undofd, undo, undoNm)
+	settled := false // the undo copy and the record go once the target is settled
+	defer func() {
+		if settled {
+			r.dropTemp(r.undofd, undo, undoNm)
+		} else {
+			undo.Close()
+		}
+	}()
 	if err := copyData(undo, target); err != nil {
+		settled = true
 		return err
 	}
 	if err := undo.Sync(); err != nil {
+		settled = true
 		return err
 	}
 	crc, err := journal.CRC(undo, 0, st.Size)
-	if err != nil {
-		return err
+	if err == nil {
+		err = g.Check()
 	}
-	if err := g.Check(); err != nil {
+	if err != nil {
+		settled = true
 		return err
 	}
 	e, err := r.jr.Begin(journal.Record{Kind: journal.InPlace, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
 		Undo: undoNm, UndoSize: st.Size, UndoCRC: crc})
 	if err != nil {
+		settled = true
 		return err
 	}
-	defer e.Abort()
 	if err := h.writeInPlace(target, &st); err != nil {
-		return h.undoInPlace(target, undo, err)
+		if rerr := copyData(target, undo); rerr != nil {
+			// Keep the record and the undo copy: the next recovery restores.
+			r.log.Error("in-place commit failed and could not be undone; recovery at next mount will",
+				zap.String("path", h.n.path()), zap.Error(rerr))
+			return err
+		}
+		settled = true
+		_ = e.Abort()
+		return err
 	}
+	settled = true
 	h.discard()
 	return e.Commit()
 }
@@ -190,15 +209,6 @@ func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 		return target.Sync()
 	}
 	return nil
-}
-
-// undoInPlace puts the saved bytes back after a failed in-place write.
-func (h *handle) undoInPlace(target, undo *os.File, why error) error {
-	if err := copyData(target, undo); err != nil {
-		h.n.r.log.Error("in-place commit failed and could not be undone: recovery at next mount will",
-			zap.String("path", h.n.path()), zap.Error(err))
-	}
-	return why
 }
 
 func (h *handle) commitAppend(g *lockmgr.Grant) error {
@@ -237,24 +247,17 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	if err != nil {
 		return err
 	}
-	defer e.Abort()
-	if err := copyRange(target, st.Size, h.stage, 0, ps.Size); err != nil {
-		_ = unix.Ftruncate(fd, st.Size)
-		return err
-	}
-	if err := r.crash("append-written"); err != nil {
-		return err
-	}
-	if r.opts.Durable {
-		if err := unix.Fdatasync(fd); err != nil {
-			_ = unix.Ftruncate(fd, st.Size)
-			return err
+	err = copyRange(target, st.Size, h.stage, 0, ps.Size)
+	if err == nil {
+		_ = r.crash("append-written")
+		if r.opts.Durable {
+			err = unix.Fdatasync(fd)
 		}
 	}
-	if err := unix.Ftruncate(int(h.stage.Fd()), 0); err != nil {
-		return err
+	if err != nil {
+		return h.undoAppend(e, fd, st.Size, err)
 	}
-	h.dirty = false
+	h.discard()
 	return e.Commit()
 }
 
@@ -273,4 +276,16 @@ func lockErrno(err error) error {
 		return syscall.ETIMEDOUT
 	}
 	return err
+}
+
+// undoAppend cuts a failed append back. If even that fails, the record
+// stays open so that the next recovery cuts it back.
+func (h *handle) undoAppend(e *journal.Entry, fd int, size int64, why error) error {
+	if err := unix.Ftruncate(fd, size); err != nil {
+		h.n.r.log.Error("append failed and could not be cut back; recovery at next mount will",
+			zap.String("path", h.n.path()), zap.Error(err))
+		return why
+	}
+	_ = e.Abort()
+	return why
 }

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,18 +36,21 @@ const (
 
 // Record is the journal line written before a commit touches its target.
 type Record struct {
-	ID       uint64 `json:"id"`
-	Kind     Kind   `json:"kind"`
-	Target   string `json:"target"`
-	Staging  string `json:"staging,omitempty"`
-	Dev      uint64 `json:"dev,omitempty"`
-	Ino      uint64 `json:"ino,omitempty"`
-	OldSize  int64  `json:"old_size,omitempty"`
-	Len      int64  `json:"len,omitempty"`
-	CRC      uint32 `json:"crc,omitempty"`
-	Undo     string `json:"undo,omitempty"`
-	UndoSize int64  `json:"undo_size,omitempty"`
-	UndoCRC  uint32 `json:"undo_crc,omitempty"`
+	ID     uint64 `json:"id"`
+	Kind   Kind   `json:"kind"`
+	Target string `json:"target"`
+	// TargetHex carries a Target that is not UTF-8 (file names are bytes;
+	// JSON would silently replace the bad ones and name another file).
+	TargetHex string `json:"target_hex,omitempty"`
+	Staging   string `json:"staging,omitempty"`
+	Dev       uint64 `json:"dev,omitempty"`
+	Ino       uint64 `json:"ino,omitempty"`
+	OldSize   int64  `json:"old_size,omitempty"`
+	Len       int64  `json:"len,omitempty"`
+	CRC       uint32 `json:"crc,omitempty"`
+	Undo      string `json:"undo,omitempty"`
+	UndoSize  int64  `json:"undo_size,omitempty"`
+	UndoCRC   uint32 `json:"undo_crc,omitempty"`
 }
 
 // Validate refuses records that recovery could not act on safely. It is
@@ -100,9 +104,6 @@ func validTarget(t string) error {
 		return errors.New("target not clean")
 	case strings.ContainsRune(t, 0):
 		return errors.New("NUL in target")
-	case !utf8.ValidString(t):
-		// JSON would silently replace the bad bytes and name another file.
-		return errors.New("target not UTF-8")
 	}
 	parts := strings.Split(t, "/")
 	for _, p := range parts {
@@ -143,6 +144,10 @@ type line struct {
 
 // encodeLine frames v as "crc32c-hex SP json LF".
 func encodeLine(v any) ([]byte, error) {
+	if r, ok := v.(Record); ok && !utf8.ValidString(r.Target) {
+		r.TargetHex, r.Target = hex.EncodeToString([]byte(r.Target)), ""
+		v = r
+	}
 	js, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -166,6 +171,16 @@ func decodeLine(b []byte) (line, error) {
 	}
 	if err := json.Unmarshal(js, &l); err != nil {
 		return l, fmt.Errorf("bad JSON: %w", err)
+	}
+	if l.TargetHex != "" {
+		if l.Target != "" {
+			return l, errors.New("both target and target_hex")
+		}
+		t, err := hex.DecodeString(l.TargetHex)
+		if err != nil {
+			return l, fmt.Errorf("bad target_hex: %w", err)
+		}
+		l.Target, l.TargetHex = string(t), ""
 	}
 	return l, nil
 }

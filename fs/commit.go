@@ -97,14 +97,13 @@ func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.S
 	if err := g.Check(); err != nil {
 		return err
 	}
+	r.crash("replace-staged")
 	e, err := r.jr.Begin(journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.stageNm})
 	if err != nil {
 		return err
 	}
 	defer e.Abort()
-	if err := r.crash("replace-before-rename"); err != nil {
-		return err
-	}
+	r.crash("replace-before-rename")
 	if err := renameAt(r.stagingfd, h.stageNm, dir, nm, 0); err != nil {
 		return err
 	}
@@ -116,14 +115,13 @@ func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.S
 	}
 	h.setBase(h.stage, 0)
 	h.stage, h.stageNm, h.dirty = nil, "", false
-	if err := r.crash("replace-after-rename"); err != nil {
-		return err
-	}
+	r.crash("replace-after-rename")
 	if r.opts.Durable {
 		if err := fsyncDir(dir); err != nil {
 			return fmt.Errorf("fsync directory: %w", err)
 		}
 	}
+	r.crash("replace-dir-synced")
 	return e.Commit()
 }
 
@@ -167,12 +165,14 @@ func (h *handle) commitInPlace(g *lockmgr.Grant, dir int, nm string) error {
 		settled = true
 		return err
 	}
+	r.crash("inplace-undo-saved")
 	e, err := r.jr.Begin(journal.Record{Kind: journal.InPlace, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
 		Undo: undoNm, UndoSize: st.Size, UndoCRC: crc})
 	if err != nil {
 		settled = true
 		return err
 	}
+	r.crash("inplace-begun")
 	if err := h.writeInPlace(target, &st); err != nil {
 		if rerr := copyData(target, undo); rerr != nil {
 			// Keep the record and the undo copy: the next recovery restores.
@@ -185,6 +185,7 @@ func (h *handle) commitInPlace(g *lockmgr.Grant, dir int, nm string) error {
 		return err
 	}
 	settled = true
+	r.crash("inplace-written")
 	h.discard()
 	return e.Commit()
 }
@@ -194,9 +195,7 @@ func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 	if err := unix.Ftruncate(int(target.Fd()), 0); err != nil {
 		return err
 	}
-	if err := r.crash("inplace-truncated"); err != nil {
-		return err
-	}
+	r.crash("inplace-truncated")
 	if err := copyData(target, h.stage); err != nil {
 		return err
 	}
@@ -247,9 +246,14 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	if err != nil {
 		return err
 	}
+	r.crash("append-begun")
+	if r.crashAt == "append-half" {
+		_ = copyRange(target, st.Size, h.stage, 0, ps.Size/2)
+		r.crash("append-half")
+	}
 	err = copyRange(target, st.Size, h.stage, 0, ps.Size)
 	if err == nil {
-		_ = r.crash("append-written")
+		r.crash("append-written")
 		if r.opts.Durable {
 			err = unix.Fdatasync(fd)
 		}

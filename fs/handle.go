@@ -8,6 +8,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -204,7 +205,8 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	}
 	if h.n.r.opts.KillCheck {
 		if c, ok := fuse.FromContext(ctx); ok && killedBySignal(c.Pid) {
-			h.n.r.log.Info("writer killed by a signal: not committed")
+			h.n.r.killed.Add(1)
+			h.n.r.log.Info("writer killed by a signal: not committed", zap.String("path", h.n.path()))
 			h.discard()
 			return 0
 		}

@@ -160,6 +160,9 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.jr.Close()
 		return nil, err
 	}
+	if r.opts.KillCheck && !r.opts.ReadOnly {
+		r.killCheckSelfTest(mountpoint)
+	}
 	return &Server{srv: srv, r: r, unlock: s.unlock}, nil
 }
 

@@ -30,18 +30,26 @@ type root struct {
 	opts    Options
 	log     *zap.Logger
 	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
+	killed  killCounter
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests
 // (SAFEFS_CRASH_AT=<point> in the daemon's environment).
-func (r *root) crash(point string) error {
+func (r *root) crash(point string) {
 	if r.crashAt == point {
 		r.log.Warn("crash point reached: SIGKILL", zap.String("point", point))
 		_ = r.log.Sync()
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
-	return nil
+}
+
+// CrashPoints are the steps of a commit where SAFEFS_CRASH_AT can kill
+// the daemon, in commit order for each kind.
+var CrashPoints = []string{
+	"replace-staged", "replace-before-rename", "replace-after-rename", "replace-dir-synced",
+	"inplace-undo-saved", "inplace-begun", "inplace-truncated", "inplace-written",
+	"append-begun", "append-half", "append-written",
 }
 
 // dropTemp closes and removes a staging or undo file.

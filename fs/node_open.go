@@ -17,19 +17,36 @@ func (n *Node) openCurrent(flags int) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := openAt(dir, nm, flags|unix.O_NONBLOCK, 0)
+	return openRegular(dir, nm, flags)
+}
+
+// openRegular opens dir/nm only if it is a regular file: it is looked at
+// through O_PATH first, so a FIFO or device planted in BACKING is never
+// opened (no hang, no side effect), then that very inode is reopened.
+func openRegular(dir int, nm string, flags int) (*os.File, error) {
+	fd, err := openAt(dir, nm, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
 	}
+	defer unix.Close(fd)
 	st, err := fstat(fd)
-	if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
-		err = syscall.EINVAL
-	}
 	if err != nil {
-		unix.Close(fd)
 		return nil, err
 	}
-	return os.NewFile(uintptr(fd), nm), nil
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return nil, syscall.EISDIR
+	case unix.S_IFLNK:
+		return nil, syscall.ELOOP
+	default:
+		return nil, syscall.ENXIO
+	}
+	rfd, err := unix.Open(procPath(fd), flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(rfd), nm), nil
 }
 
 func isWrite(flags uint32) bool {

@@ -3,6 +3,8 @@ package fs
 import (
 	"errors"
 	"os"
+	"path"
+	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -83,18 +85,14 @@ func (f *file) bump() {
 type targets struct{ rootfd int }
 
 func (t targets) OpenTarget(rel string) (*os.File, error) {
-	fd, err := openRel(t.rootfd, rel, unix.O_PATH, 0)
+	dir, nm := path.Split(rel)
+	if dir == "" {
+		return openRegular(t.rootfd, nm, unix.O_RDWR)
+	}
+	dfd, err := openRel(t.rootfd, strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
-	st, err := fstat(fd)
-	if err != nil {
-		return nil, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, unix.EINVAL
-	}
-	// Reopen the very inode checked above, now for writing.
-	return os.OpenFile(procPath(fd), os.O_RDWR|unix.O_CLOEXEC, 0)
+	defer unix.Close(dfd)
+	return openRegular(dfd, nm, unix.O_RDWR)
 }

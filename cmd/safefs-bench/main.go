@@ -1,0 +1,259 @@
+// Command safefs-bench runs the same workloads on a plain directory, a
+// go-fuse loopback mount and safefs (durability full and none), and prints
+// each figure with its ratio to the plain directory's.
+//
+//	go run ./cmd/safefs-bench -quick            # smoke run
+//	go run ./cmd/safefs-bench -markdown         # table for the README
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(os.Stderr, "safefs-bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("safefs-bench", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	var names []string
+	for _, w := range workloads {
+		names = append(names, w.name)
+	}
+	targetsFlag := fl.String("targets", strings.Join(targetNames, ","), "targets to compare, comma separated")
+	workloadsFlag := fl.String("workloads", strings.Join(names, ","), "workloads to run, comma separated")
+	dir := fl.String("dir", os.TempDir(), "directory under which each target gets its fresh directory")
+	quick := fl.Bool("quick", false, "divide every count and size by 10 (smoke run)")
+	markdown := fl.Bool("markdown", false, "print a markdown table")
+	verbose := fl.Bool("v", false, "log progress to stderr")
+	cfg := config{seqSize: 1 << 30}
+	fl.IntVar(&cfg.createN, "create-n", 2000, "create-4k: files to create")
+	fl.IntVar(&cfg.rewriteN, "rewrite-n", 2000, "rewrite-4k: rewrites of the file")
+	fl.Var((*sizeFlag)(&cfg.seqSize), "seq-size", "seq-write, seq-read: file size (suffix K, M, G)")
+	fl.IntVar(&cfg.appendN, "append-n", 2000, "append-1m, append-1g: 100-byte appends")
+	fl.IntVar(&cfg.statN, "stat-n", 10000, "stat-10k: files to stat")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if fl.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fl.Args())
+	}
+	if *quick {
+		cfg.shrink()
+	}
+	if cfg.createN < 1 || cfg.rewriteN < 1 || cfg.appendN < 1 || cfg.statN < 1 || cfg.seqSize < 1 {
+		return errors.New("counts and sizes must be positive")
+	}
+	tnames, err := pick(*targetsFlag, targetNames)
+	if err != nil {
+		return fmt.Errorf("-targets: %w", err)
+	}
+	wnames, err := pick(*workloadsFlag, names)
+	if err != nil {
+		return fmt.Errorf("-workloads: %w", err)
+	}
+	var ws []workload
+	for _, w := range workloads {
+		if slices.Contains(wnames, w.name) {
+			ws = append(ws, w)
+		}
+	}
+	log := zap.NewNop()
+	if *verbose {
+		enc := zap.NewDevelopmentEncoderConfig()
+		log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(stderr)), zap.InfoLevel))
+	}
+	return bench(log, stdout, stderr, *dir, tnames, ws, cfg, *markdown)
+}
+
+// bench mounts the targets, runs every workload on every target in turn
+// and prints the table. Mounts are undone on return, including after
+// SIGINT or SIGTERM, which stop the running workload at its next operation.
+func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []string, ws []workload, cfg config, markdown bool) (err error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+
+	var ts []*target
+	defer func() {
+		log.Info("unmounting")
+		err = errors.Join(err, closeAll(ts))
+	}()
+	for _, name := range tnames {
+		t, err := newTarget(name, dir, log)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+	}
+
+	printFacts(stdout, dir, cfg, markdown)
+	res := map[string]map[string]result{}
+	dropped := true
+	for _, w := range ws {
+		res[w.name] = map[string]result{}
+		for _, t := range ts {
+			if ctx.Err() != nil {
+				break
+			}
+			log.Info("running", zap.String("workload", w.name), zap.String("target", t.name))
+			r, ok := runOne(ctx, w, t, cfg)
+			dropped = dropped && ok
+			if r.err != nil && ctx.Err() == nil {
+				fmt.Fprintf(stderr, "safefs-bench: %s on %s: %v\n", w.name, t.name, r.err)
+			}
+			log.Info("done", zap.String("workload", w.name), zap.String("target", t.name), zap.Float64(w.unit, r.value))
+			res[w.name][t.name] = r
+		}
+	}
+	writeTable(stdout, ws, tnames, res, markdown)
+	if !dropped {
+		fmt.Fprintln(stdout, "\nnote: could not drop the page cache (needs root): seq-read may be served from memory")
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted")
+	}
+	return nil
+}
+
+// runOne runs w on t in a fresh directory named after w, and removes it
+// afterwards. ok is false if w wants a cold cache and it could not be dropped.
+func runOne(ctx context.Context, w workload, t *target, cfg config) (r result, ok bool) {
+	e := &env{ctx: ctx, dir: filepath.Join(t.dir, w.name), raw: filepath.Join(t.raw, w.name), cfg: cfg}
+	defer os.RemoveAll(e.raw)
+	r.ran, ok = true, true
+	if r.err = os.Mkdir(e.raw, 0o755); r.err != nil {
+		return r, ok
+	}
+	if w.setup != nil {
+		if r.err = w.setup(e); r.err != nil {
+			return r, ok
+		}
+	}
+	unix.Sync()
+	if w.cold {
+		ok = dropCaches()
+	}
+	start := time.Now()
+	n, err := w.run(e)
+	r.value, r.err = n/time.Since(start).Seconds(), err
+	return r, ok
+}
+
+// pick splits a comma list and checks every name is known.
+func pick(list string, known []string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(known, s) {
+			return nil, fmt.Errorf("unknown %q (want some of %s)", s, strings.Join(known, ","))
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func printFacts(w io.Writer, dir string, cfg config, markdown bool) {
+	var u unix.Utsname
+	unix.Uname(&u)
+	fsType := "unknown file system"
+	var free uint64
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) == nil {
+		fsType = fsName(st.Type)
+		free = st.Bavail * uint64(st.Bsize)
+	}
+	lines := []string{
+		"date:   " + time.Now().Format("2006-01-02 15:04:05 MST"),
+		fmt.Sprintf("kernel: %s %s, %d CPUs, %s", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]), runtime.NumCPU(), runtime.Version()),
+		fmt.Sprintf("dir:    %s (%s, %s free)", dir, fsType, sizeFlag(free)),
+		fmt.Sprintf("sizes:  create-4k %d files, rewrite-4k %d commits, seq %s in 1 MiB I/Os, append %d x 100 B, stat %d files",
+			cfg.createN, cfg.rewriteN, sizeFlag(cfg.seqSize), cfg.appendN, cfg.statN),
+	}
+	for _, l := range lines {
+		if markdown {
+			l = "- " + l
+		}
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w)
+}
+
+func fsName(magic int64) string {
+	names := map[int64]string{
+		0xEF53: "ext4", 0x58465342: "xfs", 0x9123683E: "btrfs", 0x01021994: "tmpfs",
+		0x794C7630: "overlayfs", 0x2FC12FC1: "zfs", 0xF2F52010: "f2fs", 0x6969: "nfs",
+		0x65735546: "fuse", 0xFF534D42: "cifs", 0x01021997: "9p",
+	}
+	if n, ok := names[magic]; ok {
+		return n
+	}
+	return fmt.Sprintf("fs type %#x", magic)
+}
+
+// sizeFlag is a byte count written with an optional K, M or G (binary) suffix.
+type sizeFlag int64
+
+func (s sizeFlag) String() string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if s >= 1<<u.shift {
+			v := strconv.FormatFloat(float64(s)/float64(int64(1)<<u.shift), 'f', 1, 64)
+			return strings.TrimSuffix(v, ".0") + " " + u.name
+		}
+	}
+	return strconv.FormatInt(int64(s), 10) + " B"
+}
+
+func (s *sizeFlag) Set(v string) error {
+	shift := 0
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(v), "B"), "I")
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		}
+		if shift > 0 {
+			t = t[:len(t)-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)>>shift {
+		return fmt.Errorf("bad size %q", v)
+	}
+	*s = sizeFlag(n << shift)
+	return nil
+}

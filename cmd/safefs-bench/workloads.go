@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+const chunk = 1 << 20 // seq-write and seq-read do 1 MiB writes and reads
+
+// config holds the sizes and counts of the workloads.
+type config struct {
+	createN  int   // create-4k files
+	rewriteN int   // rewrite-4k commits
+	seqSize  int64 // seq-write and seq-read bytes
+	appendN  int   // appends per append-* workload
+	statN    int   // stat-10k files
+}
+
+// shrink divides every count and size by 10, for smoke runs.
+func (c *config) shrink() {
+	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN} {
+		*n = max(*n/10, 1)
+	}
+	c.seqSize = max(c.seqSize/10/chunk*chunk, chunk)
+}
+
+// env is where one workload runs on one target: dir through the target
+// (timed part), raw the same directory in the target's backing directory
+// (untimed setup, which so stays cheap even on safefs with durability=full).
+type env struct {
+	ctx      context.Context
+	dir, raw string
+	cfg      config
+}
+
+// workload: main runs setup, syncs, drops the page cache when cold, then
+// times run, which returns how many units it did.
+type workload struct {
+	name  string
+	unit  string // of run's result per second
+	cold  bool
+	setup func(e *env) error
+	run   func(e *env) (float64, error)
+}
+
+var workloads = []workload{
+	{name: "create-4k", unit: "files/s", run: create4k},
+	{name: "rewrite-4k", unit: "commits/s", setup: rewriteSetup, run: rewrite4k},
+	{name: "seq-write", unit: "MB/s", run: seqWrite},
+	{name: "seq-read", unit: "MB/s", cold: true, setup: seqReadSetup, run: seqRead},
+	{name: "append-1m", unit: "ops/s", setup: appendSetup(1 << 20), run: appendRun(1 << 20)},
+	{name: "append-1g", unit: "ops/s", setup: appendSetup(1 << 30), run: appendRun(1 << 30)},
+	{name: "stat-10k", unit: "ops/s", setup: statSetup, run: statRun},
+}
+
+var block4k = pattern(4096)
+
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}
+
+func create4k(e *env) (float64, error) {
+	for i := range e.cfg.createN {
+		if err := e.ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := writeFile(e.path(fmt.Sprintf("f%06d", i)), unix.O_CREAT|unix.O_EXCL, block4k); err != nil {
+			return 0, err
+		}
+	}
+	return float64(e.cfg.createN), nil
+}
+
+func rewriteSetup(e *env) error {
+	return writeFile(filepath.Join(e.raw, "f"), unix.O_CREAT, block4k)
+}
+
+func rewrite4k(e *env) (float64, error) {
+	for range e.cfg.rewriteN {
+		if err := e.ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := writeFile(e.path("f"), unix.O_TRUNC, block4k); err != nil {
+			return 0, err
+		}
+	}
+	return float64(e.cfg.rewriteN), nil
+}
+
+// writeSeq writes size bytes to path in chunks, then closes (which commits on safefs).
+func writeSeq(ctx context.Context, path string, size int64) error {
+	fd, err := retry(func() (int, error) {
+		return unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	buf := pattern(chunk)
+	for off := int64(0); off < size && err == nil; off += chunk {
+		if err = ctx.Err(); err == nil {
+			err = writeAll(fd, buf[:min(size-off, chunk)])
+		}
+	}
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+func seqWrite(e *env) (float64, error) {
+	return float64(e.cfg.seqSize) / 1e6, writeSeq(e.ctx, e.path("data"), e.cfg.seqSize)
+}
+
+func seqReadSetup(e *env) error {
+	return writeSeq(e.ctx, filepath.Join(e.raw, "data"), e.cfg.seqSize)
+}
+
+func seqRead(e *env) (float64, error) {
+	fd, err := retry(func() (int, error) { return unix.Open(e.path("data"), unix.O_RDONLY|unix.O_CLOEXEC, 0) })
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, chunk)
+	var total int64
+	for {
+		if err := e.ctx.Err(); err != nil {
+			return 0, err
+		}
+		n, err := retry(func() (int, error) { return unix.Read(fd, buf) })
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			break
+		}
+		total += int64(n)
+	}
+	if total != e.cfg.seqSize {
+		return 0, fmt.Errorf("read %d bytes, want %d", total, e.cfg.seqSize)
+	}
+	return float64(total) / 1e6, nil
+}
+
+// appendSetup makes a sparse log of the given size.
+func appendSetup(size int64) func(e *env) error {
+	return func(e *env) error {
+		f, err := os.Create(filepath.Join(e.raw, "log"))
+		if err != nil {
+			return err
+		}
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+}
+
+func appendRun(size int64) func(e *env) (float64, error) {
+	return func(e *env) (float64, error) {
+		rec := pattern(100)
+		rec[99] = '\n'
+		for range e.cfg.appendN {
+			if err := e.ctx.Err(); err != nil {
+				return 0, err
+			}
+			if err := writeFile(e.path("log"), unix.O_APPEND, rec); err != nil {
+				return 0, err
+			}
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(e.path("log"), &st); err != nil {
+			return 0, err
+		}
+		if want := size + int64(100*e.cfg.appendN); st.Size != want {
+			return 0, fmt.Errorf("log is %d bytes after the appends, want %d", st.Size, want)
+		}
+		return float64(e.cfg.appendN), nil
+	}
+}
+
+// statSetup creates the files and stats each once; statRun times the second pass.
+func statSetup(e *env) error {
+	for i := range e.cfg.statN {
+		if err := writeFile(filepath.Join(e.raw, fmt.Sprintf("f%06d", i)), unix.O_CREAT, nil); err != nil {
+			return err
+		}
+	}
+	_, err := statRun(e)
+	return err
+}
+
+func statRun(e *env) (float64, error) {
+	var st unix.Stat_t
+	for i := range e.cfg.statN {
+		if err := e.ctx.Err(); err != nil {
+			return 0, err
+		}
+		p := e.path(fmt.Sprintf("f%06d", i))
+		if _, err := retry(func() (int, error) { return 0, unix.Stat(p, &st) }); err != nil {
+			return 0, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return float64(e.cfg.statN), nil
+}
+
+func (e *env) path(name string) string { return filepath.Join(e.dir, name) }
+
+// writeFile opens path write-only with the extra flags, writes data and
+// closes: one commit on safefs.
+func writeFile(path string, flags int, data []byte) error {
+	fd, err := retry(func() (int, error) {
+		return unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC|flags, 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	err = writeAll(fd, data)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := retry(func() (int, error) { return unix.Write(fd, b) })
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// retry repeats a system call interrupted by a signal, as package os does.
+func retry[T any](f func() (T, error)) (T, error) {
+	for {
+		v, err := f()
+		if err != unix.EINTR {
+			return v, err
+		}
+	}
+}
+
+// dropCaches writes back dirty data and drops what the kernel lets go of
+// (only possible as root); it reports whether the drop worked.
+func dropCaches() bool {
+	unix.Sync()
+	if os.Geteuid() != 0 {
+		return false
+	}
+	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0) == nil
+}

@@ -1,0 +1,77 @@
+package testfs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// PerlScript returns the path of a script in testfs/perl/, found from
+// this source file, so tests work from any working directory.
+func PerlScript(name string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "perl", name)
+}
+
+// Perl is one run of a Perl workload script.
+type Perl struct {
+	Script string        // name in testfs/perl/
+	Args   []string      // arguments after the script
+	As     *Cred         // run as this user; nil: as the test
+	Dir    string        // working directory; "": the test's
+	Stdin  string        // fed to the script's standard input
+	Limit  time.Duration // kill after this long; 0: one minute
+}
+
+// Command builds the command under ctx (which kills it when done).
+func (p Perl) Command(ctx context.Context) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "perl", append([]string{PerlScript(p.Script)}, p.Args...)...)
+	cmd.Dir = p.Dir
+	cmd.WaitDelay = 5 * time.Second
+	if p.Stdin != "" {
+		cmd.Stdin = strings.NewReader(p.Stdin)
+	}
+	if p.As != nil {
+		AsUser(cmd, *p.As)
+	}
+	return cmd
+}
+
+// Run runs the script to its end and returns its combined output. A
+// non-zero exit or the time limit is an error holding the output.
+func (p Perl) Run() (string, error) {
+	limit := p.Limit
+	if limit == 0 {
+		limit = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := p.Command(ctx)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%v (time limit %v)", err, limit)
+	}
+	if err != nil {
+		return out.String(), fmt.Errorf("perl %s %s: %w\n%s", p.Script, strings.Join(p.Args, " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+// RunPerl runs a script to its end as c (nil: as the test) and fails the
+// test on error. It returns the combined output.
+func RunPerl(t testing.TB, c *Cred, script string, args ...string) string {
+	t.Helper()
+	out, err := Perl{Script: script, Args: args, As: c}.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -109,7 +109,7 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 
 	printFacts(stdout, dir, cfg, markdown)
 	res := map[string]map[string]result{}
-	dropped := true
+	dropped, failed := true, 0
 	for _, w := range ws {
 		res[w.name] = map[string]result{}
 		for _, t := range ts {
@@ -119,7 +119,10 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 			log.Info("running", zap.String("workload", w.name), zap.String("target", t.name))
 			r, ok := runOne(ctx, w, t, cfg)
 			dropped = dropped && ok
-			if r.err != nil && ctx.Err() == nil {
+			if ctx.Err() != nil {
+				r.ran = false // cut short: shown as "-"
+			} else if r.err != nil {
+				failed++
 				fmt.Fprintf(stderr, "safefs-bench: %s on %s: %v\n", w.name, t.name, r.err)
 			}
 			log.Info("done", zap.String("workload", w.name), zap.String("target", t.name), zap.Float64(w.unit, r.value))
@@ -128,10 +131,13 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 	}
 	writeTable(stdout, ws, tnames, res, markdown)
 	if !dropped {
-		fmt.Fprintln(stdout, "\nnote: could not drop the page cache (needs root): seq-read may be served from memory")
+		fmt.Fprintln(stdout, "\nnote: could not drop the page cache (root only): seq-read may be served from memory")
 	}
 	if ctx.Err() != nil {
 		return errors.New("interrupted")
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of the runs failed", failed)
 	}
 	return nil
 }
@@ -140,7 +146,13 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 // afterwards. ok is false if w wants a cold cache and it could not be dropped.
 func runOne(ctx context.Context, w workload, t *target, cfg config) (r result, ok bool) {
 	e := &env{ctx: ctx, dir: filepath.Join(t.dir, w.name), raw: filepath.Join(t.raw, w.name), cfg: cfg}
-	defer os.RemoveAll(e.raw)
+	// Remove through the mount: safefs (at this version) can mistake a file
+	// made in BACKING for one removed behind its back that had the same inode number.
+	defer func() {
+		if err := os.RemoveAll(e.dir); err != nil && r.err == nil {
+			r.err = fmt.Errorf("cleanup: %w", err)
+		}
+	}()
 	r.ran, ok = true, true
 	if r.err = os.Mkdir(e.raw, 0o755); r.err != nil {
 		return r, ok

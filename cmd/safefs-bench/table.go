@@ -31,7 +31,7 @@ func writeTable(w io.Writer, ws []workload, targets []string, res map[string]map
 			default:
 				cell = figure(r.value) + " " + wl.unit
 				if hasBase && base.ran && base.err == nil && base.value > 0 {
-					cell += fmt.Sprintf(" (%.2fx)", r.value/base.value)
+					cell += " (" + ratio(r.value/base.value) + "x)"
 				}
 			}
 			row = append(row, cell)
@@ -52,6 +52,14 @@ func figure(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	case v >= 10:
 		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// ratio keeps two significant digits below 0.1 (0.0047, not 0.00).
+func ratio(v float64) string {
+	if v < 0.1 {
+		return fmt.Sprintf("%.2g", v)
 	}
 	return fmt.Sprintf("%.2f", v)
 }

@@ -85,3 +85,31 @@ func (f *file) statOpen() (unix.Stat_t, bool) {
 	}
 	return unix.Stat_t{}, false
 }
+
+// named reports whether f may be the file now at dir/nm, whose backing
+// identity is k: f already has that name, still has another name that
+// leads to k (a hard link), has no name yet, or is open. Names that no
+// longer lead to k are dropped.
+func (f *file) named(dir *Node, nm string, k key) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.names[name{dir, nm}]; ok || len(f.names) == 0 || len(f.handles) > 0 {
+		return true
+	}
+	for o := range f.names {
+		if !o.leadsTo(k) {
+			delete(f.names, o)
+		}
+	}
+	return len(f.names) > 0
+}
+
+// leadsTo reports whether the name still names backing inode k.
+func (o name) leadsTo(k key) bool {
+	fd, err := o.dir.dirFd()
+	if err != nil {
+		return false
+	}
+	st, err := statAt(fd, o.name)
+	return err == nil && keyOf(&st) == k
+}

@@ -40,15 +40,27 @@ func (t *ids) get(st *unix.Stat_t) *file {
 	if f := t.byKey[k]; f != nil && f.kind == kind {
 		return f
 	}
+	return t.newLocked(st)
+}
+
+func (t *ids) newLocked(st *unix.Stat_t) *file {
 	ino := st.Ino
 	if _, taken := t.byIno[ino]; taken || ino <= 1 {
 		ino = t.nextID
 		t.nextID++
 	}
-	f := newFile(ino, kind, k)
-	t.byKey[k] = f
+	f := newFile(ino, st.Mode&unix.S_IFMT, keyOf(st))
+	t.byKey[f.key] = f
 	t.byIno[ino] = f
 	return f
+}
+
+// fresh makes a new logical file for st, replacing whatever the tables
+// held for its backing inode.
+func (t *ids) fresh(st *unix.Stat_t) *file {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.newLocked(st)
 }
 
 // add registers f (made by the caller, e.g. the root).

@@ -130,6 +130,11 @@ func fillAttr(a *fuse.Attr, st *unix.Stat_t, ino uint64) {
 // child returns the inode for entry nm of n, whose backing stat is st.
 func (n *Node) child(ctx context.Context, nm string, st *unix.Stat_t, out *fuse.EntryOut) *gofs.Inode {
 	f := n.r.ids.get(st)
+	if !f.named(n, nm, keyOf(st)) {
+		// The backing inode number was freed and reused (the file was
+		// deleted directly in BACKING): this is another file.
+		f = n.r.ids.fresh(st)
+	}
 	f.addName(n, nm)
 	fillAttr(&out.Attr, st, f.ino)
 	return n.NewInode(ctx, n.r.newNode(f), gofs.StableAttr{Mode: f.kind, Ino: f.ino})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"time"
 )
 
 // Linux task flags (include/linux/sched.h).
@@ -37,9 +38,18 @@ func killedBySignal(pid uint32) bool {
 	if pid == 0 {
 		return false
 	}
-	fl, err := taskFlags(pid)
-	if err != nil {
+	// Reading /proc/<pid>/stat blocks while pid is in execve, and execve
+	// waits for this very FLUSH (it closes inherited descriptors): bound
+	// the wait. A process in execve is not dying.
+	ch := make(chan uint64, 1)
+	go func() {
+		fl, _ := taskFlags(pid)
+		ch <- fl
+	}()
+	select {
+	case fl := <-ch:
+		return fl&pfExiting != 0 && fl&pfSignaled != 0
+	case <-time.After(100 * time.Millisecond):
 		return false
 	}
-	return fl&pfExiting != 0 && fl&pfSignaled != 0
 }

@@ -189,6 +189,7 @@ func (r *root) fuseOptions(backing string) *gofs.Options {
 		AttrTimeout:     &zero,
 		NegativeTimeout: &zero,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1, Mode: unix.S_IFDIR},
+		NullPermissions: true, // mode 000 must stay 000 for the kernel's checks
 		Logger:          zap.NewStdLog(r.log.Named("fuse")),
 	}
 }

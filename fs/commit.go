@@ -31,6 +31,9 @@ func (h *handle) commit() error {
 	} else {
 		err = h.commitWhole(g)
 	}
+	if errors.Is(err, syscall.ESTALE) {
+		return h.reject(err)
+	}
 	if err != nil {
 		r.log.Warn("commit failed, previous version kept", zap.String("path", h.n.path()), zap.Error(err))
 		h.discard()
@@ -38,6 +41,51 @@ func (h *handle) commit() error {
 	}
 	h.n.f.bump()
 	return nil
+}
+
+// errUnlinked: the file has no name left, so a commit has nowhere to go.
+// The handle keeps its pending version as its content, as an unlinked
+// file keeps its data while open.
+var errUnlinked = errors.New("file has no name")
+
+// locate finds, under the file's lock, a name that still leads to the
+// backing inode the file's committed version is. A name that now leads
+// elsewhere was changed directly in BACKING: committing there would put
+// the writer's bytes in another file, so that is ESTALE.
+func (n *Node) locate() (dir int, nm string, st unix.Stat_t, err error) {
+	names := n.f.nameList()
+	if len(names) == 0 {
+		return -1, "", st, errUnlinked
+	}
+	want := n.r.ids.keyOf(n.f)
+	for _, o := range names {
+		if dir, err = o.dir.dirFd(); err != nil {
+			continue
+		}
+		if st, err = statAt(dir, o.name); err == nil && keyOf(&st) == want {
+			return dir, o.name, st, nil
+		}
+	}
+	n.r.log.Warn("file changed outside the mount: not committed over it", zap.String("path", n.path()))
+	return -1, "", st, syscall.ESTALE
+}
+
+// openLocated opens the located name and checks it is still the same
+// inode, for commits that write into the target.
+func (n *Node) openLocated(dir int, nm string, want *unix.Stat_t, flags int) (*os.File, unix.Stat_t, error) {
+	f, err := openRegular(dir, nm, flags)
+	if err != nil {
+		return nil, unix.Stat_t{}, err
+	}
+	st, err := fstat(int(f.Fd()))
+	if err == nil && keyOf(&st) != keyOf(want) {
+		err = syscall.ESTALE
+	}
+	if err != nil {
+		f.Close()
+		return nil, st, err
+	}
+	return f, st, nil
 }
 
 // reject keeps the pending bytes in rejected/ when the lock could not be
@@ -62,24 +110,16 @@ func (h *handle) reject(why error) error {
 // name, in place (with an undo copy) when it has several, so hard links
 // stay one file.
 func (h *handle) commitWhole(g *lockmgr.Grant) error {
-	dir, nm, err := h.n.where()
-	if errors.Is(err, syscall.ENOENT) {
-		h.n.r.log.Info("file was unlinked: commit not published", zap.Uint64("ino", h.n.f.ino))
-		h.discard()
+	dir, nm, st, err := h.n.locate()
+	if errors.Is(err, errUnlinked) {
+		h.dirty = false
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	st, err := statAt(dir, nm)
-	if err != nil {
-		return err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return syscall.ESTALE
-	}
 	if st.Nlink > 1 {
-		return h.commitInPlace(g, dir, nm)
+		return h.commitInPlace(g, dir, nm, &st)
 	}
 	return h.commitReplace(g, dir, nm, &st)
 }
@@ -103,16 +143,19 @@ func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.S
 		return err
 	}
 	defer e.Abort()
+	st, err := fstat(int(h.stage.Fd()))
+	if err != nil {
+		return err
+	}
 	r.crash("replace-before-rename")
+	r.ids.alias(h.n.f, keyOf(&st))
 	if err := renameAt(r.stagingfd, h.stageNm, dir, nm, 0); err != nil {
+		r.ids.unalias(h.n.f, keyOf(&st))
 		return err
 	}
 	// The new version is in place: from here on, failure to sync is
 	// reported but the commit is not undone.
-	st, serr := fstat(int(h.stage.Fd()))
-	if serr == nil {
-		r.ids.rekey(h.n.f, keyOf(&st))
-	}
+	r.ids.rekey(h.n.f, keyOf(&st))
 	h.setBase(h.stage, 0)
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	r.crash("replace-after-rename")
@@ -125,18 +168,13 @@ func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.S
 	return e.Commit()
 }
 
-func (h *handle) commitInPlace(g *lockmgr.Grant, dir int, nm string) error {
+func (h *handle) commitInPlace(g *lockmgr.Grant, dir int, nm string, want *unix.Stat_t) error {
 	r := h.n.r
-	fd, err := openAt(dir, nm, unix.O_RDWR, 0)
+	target, st, err := h.n.openLocated(dir, nm, want, unix.O_RDWR)
 	if err != nil {
 		return err
 	}
-	target := os.NewFile(uintptr(fd), nm)
 	defer target.Close()
-	st, err := fstat(fd)
-	if err != nil {
-		return err
-	}
 	undo, undoNm, err := newTemp(r.undofd)
 	if err != nil {
 		return err
@@ -212,24 +250,20 @@ func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 
 func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	r := h.n.r
-	dir, nm, err := h.n.where()
-	if errors.Is(err, syscall.ENOENT) {
-		h.discard()
+	dir, nm, want, err := h.n.locate()
+	if errors.Is(err, errUnlinked) {
+		h.dirty = false
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	fd, err := openAt(dir, nm, unix.O_WRONLY, 0)
+	target, st, err := h.n.openLocated(dir, nm, &want, unix.O_WRONLY)
 	if err != nil {
 		return err
 	}
-	target := os.NewFile(uintptr(fd), nm)
 	defer target.Close()
-	st, err := fstat(fd)
-	if err != nil {
-		return err
-	}
+	fd := int(target.Fd())
 	ps, err := fstat(int(h.stage.Fd()))
 	if err != nil {
 		return err

@@ -1,7 +1,10 @@
 package fs
 
 import (
+	"os"
+	"slices"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,15 +21,20 @@ type file struct {
 	ino  uint64
 	kind uint32 // S_IFMT bits
 
-	mu      sync.Mutex
-	key     key
-	names   map[name]struct{}
+	mu    sync.Mutex
+	key   key
+	names map[name]struct{}
+	// ghost: O_PATH fd of the version that lost its last name through
+	// the mount (unlink, rename over it), so that an open the kernel
+	// resolved before that still opens it, as on a plain file system.
+	ghost   int
 	handles map[*handle]struct{}
 	version uint64 // bumped by every commit
+	opened  uint64 // handles opened so far, for handle.seq
 }
 
 func newFile(ino uint64, kind uint32, k key) *file {
-	return &file{ino: ino, kind: kind, key: k, names: map[name]struct{}{}, handles: map[*handle]struct{}{}}
+	return &file{ino: ino, kind: kind, key: k, names: map[name]struct{}{}, handles: map[*handle]struct{}{}, ghost: -1}
 }
 
 func (f *file) addName(dir *Node, n string) {
@@ -64,6 +72,8 @@ func (f *file) nameList() []name {
 
 func (f *file) addHandle(h *handle) {
 	f.mu.Lock()
+	f.opened++
+	h.seq = f.opened
 	f.handles[h] = struct{}{}
 	f.mu.Unlock()
 }
@@ -74,16 +84,123 @@ func (f *file) dropHandle(h *handle) {
 	f.mu.Unlock()
 }
 
-// statOpen stats the version some open handle opened, for a file that
-// has no name left. It holds f.mu so the handle cannot close meanwhile.
+// lostName keeps ghost (or closes it) after f lost a name.
+func (f *file) lostName(ghost int) {
+	f.mu.Lock()
+	named := len(f.names) > 0
+	f.mu.Unlock()
+	if named || ghost < 0 {
+		closeFd(ghost)
+		return
+	}
+	f.keepGhost(ghost)
+}
+
+// keepGhost keeps fd (O_PATH, of f's current version) as f's ghost.
+func (f *file) keepGhost(fd int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ghost >= 0 {
+		unix.Close(f.ghost)
+	}
+	f.ghost = fd
+}
+
+// openGhost opens the version f had when it lost its last name.
+func (f *file) openGhost(flags int) (*os.File, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ghost < 0 {
+		return nil, syscall.ENOENT
+	}
+	fd, err := unix.Open(procPath(f.ghost), flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "ghost"), nil
+}
+
+func (f *file) statGhost() (unix.Stat_t, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ghost < 0 {
+		return unix.Stat_t{}, syscall.ENOENT
+	}
+	return fstat(f.ghost)
+}
+
+func (f *file) dropGhost() { f.keepGhost(-1) }
+
+// handleList returns f's open handles.
+func (f *file) handleList() []*handle {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*handle, 0, len(f.handles))
+	for h := range f.handles {
+		out = append(out, h)
+	}
+	return out
+}
+
+// statOpen describes a file that has no name left through one of its
+// open handles, a writer with pending changes first: that is what reads
+// of the unlinked file return.
 func (f *file) statOpen() (unix.Stat_t, bool) {
+	hs := f.handleList()
+	for _, pending := range []bool{true, false} {
+		for _, h := range hs {
+			if h.pending() != pending {
+				continue
+			}
+			if st, err := h.stat(); err == nil {
+				return st, true
+			}
+		}
+	}
+	return unix.Stat_t{}, false
+}
+
+// callerHandle picks the handle a stat or fstat from thread tid of
+// process tgid most likely means, as the kernel does not say which
+// descriptor: one the same thread opened, then the best ranked
+// (handle.rank), then the latest opened. nil if the process has none:
+// the stat then describes the committed version.
+func (f *file) callerHandle(tid, tgid uint32) *handle {
+	if tgid == 0 {
+		return nil
+	}
+	var best *handle
+	var bestScore [3]uint64
+	for _, h := range f.handleList() {
+		if h.tgid != tgid {
+			continue
+		}
+		score := [3]uint64{0, uint64(h.rank()), h.seq}
+		if h.tid == tid {
+			score[0] = 1
+		}
+		if best == nil || slices.Compare(score[:], bestScore[:]) > 0 {
+			best, bestScore = h, score
+		}
+	}
+	return best
+}
+
+func (f *file) hasHandles() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.handles) > 0
+}
+
+// withOpen runs fn on the open fd of one of f's handles. It holds f.mu,
+// so the handle cannot be released meanwhile.
+func (f *file) withOpen(fn func(fd int) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for h := range f.handles {
-		st, err := fstat(int(h.first.Fd()))
-		return st, err == nil
+		return fn(int(h.first.Fd()))
 	}
-	return unix.Stat_t{}, false
+	return unix.ENOENT
 }
 
 // named reports whether f may be the file now at dir/nm, whose backing

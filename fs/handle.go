@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
 	"syscall"
@@ -22,6 +23,9 @@ type handle struct {
 	write    bool
 	append   bool
 	uid, gid uint32 // the opener, for set-id handling at commit
+	tid      uint32 // the opener's thread
+	tgid     uint32 // the opener's process, 0 if unknown
+	seq      uint64 // order of opening among the file's handles
 
 	first   *os.File // the version opened at open; kept until release
 	base    *os.File // committed version: what reads see without staging
@@ -29,6 +33,11 @@ type handle struct {
 	stage   *os.File // pending version, nil when clean
 	stageNm string
 	dirty   bool // stage holds changes no commit has published
+	// killed: the last FLUSH came from a process killed by a signal, so
+	// RELEASE must not commit what it left; a live close or write clears it.
+	killed  bool
+	flushed bool // closed once and not used since: likely not what a stat means
+	closed  bool // released: base and first are gone
 }
 
 var (
@@ -51,10 +60,14 @@ func (h *handle) refresh() error {
 	f.mu.Lock()
 	ver := f.version
 	f.mu.Unlock()
-	if !h.write || h.stage != nil || ver == h.baseVer {
+	// An appender's pending bytes do not depend on base: it follows too.
+	if !h.write || (h.stage != nil && !h.append) || ver == h.baseVer {
 		return nil
 	}
 	fd, err := h.n.openCurrent(h.baseFlags())
+	if errors.Is(err, syscall.ENOENT) {
+		return nil // unlinked: the open version is the latest one
+	}
 	if err != nil {
 		return err
 	}
@@ -72,18 +85,39 @@ func (h *handle) baseFlags() int {
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.flushed = false
 	if err := h.refresh(); err != nil {
 		return nil, h.errno(err)
 	}
-	src := h.base
-	if h.stage != nil && !h.append {
-		src = h.stage
-	}
-	n, err := unix.Pread(int(src.Fd()), dest, off)
+	n, err := h.pread(dest, off)
 	if err != nil {
 		return nil, h.errno(err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// pread reads what this handle sees: its pending version, or for an
+// appender the committed file followed by its pending appends.
+func (h *handle) pread(dest []byte, off int64) (int, error) {
+	if h.stage == nil {
+		return unix.Pread(int(h.base.Fd()), dest, off)
+	}
+	if !h.append {
+		return unix.Pread(int(h.stage.Fd()), dest, off)
+	}
+	st, err := fstat(int(h.base.Fd()))
+	if err != nil {
+		return 0, err
+	}
+	if off >= st.Size {
+		return unix.Pread(int(h.stage.Fd()), dest, off-st.Size)
+	}
+	n, err := unix.Pread(int(h.base.Fd()), dest[:min(int64(len(dest)), st.Size-off)], off)
+	if err != nil || n < len(dest) && off+int64(n) < st.Size {
+		return n, err
+	}
+	m, err := unix.Pread(int(h.stage.Fd()), dest[n:], 0)
+	return n + max(m, 0), err
 }
 
 // copyUp gives the handle its staging file: a copy of the latest
@@ -112,6 +146,7 @@ func (h *handle) copyUp(empty bool) error {
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.flushed = false
 	if err := h.copyUp(h.append); err != nil {
 		return 0, h.errno(err)
 	}
@@ -126,7 +161,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
 	if n > 0 {
-		h.dirty = true
+		h.dirty, h.killed = true, false
 	}
 	if err != nil {
 		return uint32(max(n, 0)), h.errno(err)
@@ -142,7 +177,7 @@ func (h *handle) truncate(size uint64) error {
 	if err := unix.Ftruncate(int(h.stage.Fd()), int64(size)); err != nil {
 		return err
 	}
-	h.dirty = true
+	h.dirty, h.killed = true, false
 	return nil
 }
 
@@ -155,7 +190,7 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	if err := unix.Fallocate(int(h.stage.Fd()), mode, int64(off), int64(size)); err != nil {
 		return h.errno(err)
 	}
-	h.dirty = true
+	h.dirty, h.killed = true, false
 	return 0
 }
 
@@ -173,25 +208,31 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	return uint64(n), 0
 }
 
-// stat shows the committed file's identity and mode with the pending
-// version's size and times, so fstat on a writer sees its own writes.
+// stat describes what this handle reads: the version it opened (a
+// writer: the latest), with the size and times of its pending version.
 func (h *handle) stat() (unix.Stat_t, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st, err := h.n.stat()
-	if err != nil {
-		if st, err = fstat(int(h.base.Fd())); err != nil {
-			return st, err
-		}
+	if h.closed {
+		return unix.Stat_t{}, syscall.EBADF
 	}
-	if h.stage == nil || h.append {
-		return st, nil
+	if err := h.refresh(); err != nil {
+		return unix.Stat_t{}, err
+	}
+	st, err := fstat(int(h.base.Fd()))
+	if err != nil || h.stage == nil {
+		return st, err
 	}
 	ps, err := fstat(int(h.stage.Fd()))
 	if err != nil {
 		return st, err
 	}
-	st.Size, st.Blocks, st.Mtim, st.Ctim = ps.Size, ps.Blocks, ps.Mtim, ps.Ctim
+	if h.append {
+		st.Size, st.Blocks = st.Size+ps.Size, st.Blocks+ps.Blocks
+	} else {
+		st.Size, st.Blocks = ps.Size, ps.Blocks
+	}
+	st.Mtim, st.Ctim = ps.Mtim, ps.Ctim
 	return st, nil
 }
 
@@ -200,17 +241,21 @@ func (h *handle) stat() (unix.Stat_t, error) {
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.flushed = true
 	if !h.dirty {
 		return 0
 	}
 	if h.n.r.opts.KillCheck {
 		if c, ok := fuse.FromContext(ctx); ok && killedBySignal(c.Pid) {
+			// Keep the pending version: another process may share this
+			// descriptor (fork) and close it alive later.
 			h.n.r.killed.Add(1)
 			h.n.r.log.Info("writer killed by a signal: not committed", zap.String("path", h.n.path()))
-			h.discard()
+			h.killed = true
 			return 0
 		}
 	}
+	h.killed = false
 	return h.errno(h.commit())
 }
 
@@ -227,16 +272,38 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.dirty {
+	if h.dirty && !h.killed {
 		if err := h.commit(); err != nil {
-			h.n.r.log.Warn("commit at release failed")
+			h.n.r.log.Warn("commit at release failed", zap.String("path", h.n.path()), zap.Error(err))
 		}
 	}
 	h.discard()
 	h.n.f.dropHandle(h)
 	h.setBase(nil, 0)
 	h.first.Close()
+	h.closed = true
 	return 0
+}
+
+// rank orders a process's handles by how likely its fstat means them:
+// one with pending changes, then one in use, then one closed once.
+func (h *handle) rank() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.stage != nil:
+		return 2
+	case h.flushed:
+		return 0
+	}
+	return 1
+}
+
+// pending reports whether the handle holds a version of its own.
+func (h *handle) pending() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stage != nil
 }
 
 // setBase replaces base, closing the old one unless it is first.

@@ -104,3 +104,35 @@ func (t *ids) inoOf(k key) uint64 {
 	}
 	return k.ino
 }
+
+// keyOf returns the backing inode of f's committed version.
+func (t *ids) keyOf(f *file) key {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return f.key
+}
+
+// owns reports whether backing inode k is f: its committed version, or
+// the one a commit in progress is putting in place.
+func (t *ids) owns(f *file, k key) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return f.key == k || t.byKey[k] == f
+}
+
+// alias maps k to f too, before a commit renames k into f's place, so
+// that a lookup racing the rename finds f under either inode.
+func (t *ids) alias(f *file, k key) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.byKey[k] = f
+}
+
+// unalias undoes alias after a failed commit.
+func (t *ids) unalias(f *file, k key) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byKey[k] == f && f.key != k {
+		delete(t.byKey, k)
+	}
+}

@@ -155,7 +155,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	r.ids.add(r.top)
 	// Modes arrive from the kernel with the caller's umask applied.
 	unix.Umask(0)
-	srv, err := gofs.Mount(mountpoint, r.newNode(r.top), r.fuseOptions(backing))
+	srv, err := serve(mountpoint, r.newNode(r.top), r.fuseOptions(backing))
 	if err != nil {
 		r.jr.Close()
 		return nil, err
@@ -164,6 +164,20 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.killCheckSelfTest(mountpoint)
 	}
 	return &Server{srv: srv, r: r, unlock: s.unlock}, nil
+}
+
+// serve is gofs.Mount with rawFS in between.
+func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) {
+	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(top, o)}, mountpoint, &o.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		_ = srv.Unmount()
+		return nil, err
+	}
+	return srv, nil
 }
 
 func (r *root) fuseOptions(backing string) *gofs.Options {

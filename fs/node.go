@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"syscall"
 
@@ -103,14 +104,39 @@ func (n *Node) stat() (unix.Stat_t, error) {
 		}
 		return fstat(fd)
 	}
-	dir, nm, err := n.where()
+	st, err := n.statNamed()
 	if err != nil {
 		if st, ok := n.f.statOpen(); ok {
 			return st, nil // unlinked but still open
 		}
+		if st, gerr := n.f.statGhost(); gerr == nil {
+			return st, nil
+		}
+		if errors.Is(err, syscall.ENOENT) {
+			// Renamed over or removed after the kernel resolved the
+			// name: ESTALE makes the kernel look it up again.
+			err = syscall.ESTALE
+		}
 		return unix.Stat_t{}, err
 	}
-	return statAt(dir, nm)
+	return st, nil
+}
+
+// statNamed stats f's committed version through a name that still leads
+// to it. A name racing a rename may already lead to the next file.
+func (n *Node) statNamed() (unix.Stat_t, error) {
+	names := n.f.nameList()
+	for _, o := range names {
+		dir, err := o.dir.dirFd()
+		if err != nil {
+			continue
+		}
+		st, err := statAt(dir, o.name)
+		if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+			return st, nil
+		}
+	}
+	return unix.Stat_t{}, syscall.ENOENT
 }
 
 func fillAttr(a *fuse.Attr, st *unix.Stat_t, ino uint64) {
@@ -160,21 +186,50 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 	return n.child(ctx, nm, &st, out), 0
 }
 
+// Getattr describes what the handle reads when the kernel named one.
+// Without one (stat, fstat) it describes what the calling process most
+// likely reads (see callerHandle), else the committed version.
 func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if h, ok := fh.(*handle); ok {
-		st, err := h.stat()
-		if err != nil {
-			return n.errno(err)
-		}
-		fillAttr(&out.Attr, &st, n.f.ino)
-		return 0
+	h, ok := fh.(*handle)
+	if !ok || !hasFh(ctx) {
+		h = n.callerHandle(ctx)
 	}
-	st, err := n.stat()
+	st, err := unix.Stat_t{}, error(syscall.EBADF)
+	if h != nil {
+		st, err = h.stat()
+	}
+	if err != nil {
+		st, err = n.stat()
+	}
 	if err != nil {
 		return n.errno(err)
 	}
 	fillAttr(&out.Attr, &st, n.f.ino)
 	return 0
+}
+
+func (n *Node) callerHandle(ctx context.Context) *handle {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || n.isDir() || !n.f.hasHandles() {
+		return nil
+	}
+	tid := c.Pid &^ noFh
+	return n.f.callerHandle(tid, tgidOf(tid))
+}
+
+// Fsync on a directory (fsync of a file goes to its handle).
+func (n *Node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := fh.(*handle); ok {
+		return h.Fsync(ctx, flags)
+	}
+	if !n.isDir() {
+		return syscall.EBADF
+	}
+	fd, err := n.dirFd()
+	if err == nil {
+		err = fsyncDir(fd)
+	}
+	return n.errno(err)
 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -19,6 +20,9 @@ func (n *Node) withSelf(fn func(fd int) error) error {
 		return fn(fd)
 	}
 	dir, nm, err := n.where()
+	if errors.Is(err, syscall.ENOENT) {
+		return n.f.withOpen(fn) // unlinked but open
+	}
 	if err != nil {
 		return err
 	}
@@ -32,15 +36,24 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			return n.errno(err)
 		}
 	}
-	if err := n.withSelf(func(fd int) error { return setMeta(procPath(fd), in) }); err != nil {
-		return n.errno(err)
-	}
-	if h != nil {
-		if err := h.setMeta(in); err != nil {
+	if hasMeta(in) {
+		if err := n.withSelf(func(fd int) error { return setMeta(procPath(fd), in) }); err != nil {
 			return n.errno(err)
+		}
+		// futimens comes without a file handle: pending versions take
+		// the times too, so that they survive the commit (cp -p, tar).
+		for _, h := range n.f.handleList() {
+			if err := h.setMeta(in); err != nil {
+				return n.errno(err)
+			}
 		}
 	}
 	return n.Getattr(ctx, fh, out)
+}
+
+// hasMeta reports whether in changes anything besides the size.
+func hasMeta(in *fuse.SetAttrIn) bool {
+	return in.Valid&^(fuse.FATTR_SIZE|fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) != 0
 }
 
 // setMeta applies chown, chmod and utimens of in to the inode at path
@@ -109,11 +122,12 @@ func (n *Node) truncate(ctx context.Context, h *handle, size uint64) error {
 	if n.r.opts.ReadOnly {
 		return syscall.EROFS
 	}
+	ver := n.f.ver()
 	base, err := n.openCurrent(unix.O_RDWR)
 	if err != nil {
 		return err
 	}
-	t, err := n.newHandle(ctx, base, syscall.O_WRONLY)
+	t, err := n.newHandle(ctx, base, ver, syscall.O_WRONLY)
 	if err != nil {
 		return err
 	}

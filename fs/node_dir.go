@@ -2,10 +2,12 @@ package fs
 
 import (
 	"context"
+	"os"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,15 +24,38 @@ func (n *Node) newEntry(ctx context.Context, nm string, out *fuse.EntryOut, make
 	if err := make(dir); err != nil {
 		return nil, n.errno(err)
 	}
-	if err := n.own(ctx, dir, nm); err != nil {
-		n.r.log.Warn("could not give new entry to caller")
-		return nil, n.errno(err)
-	}
-	st, err := statAt(dir, nm)
+	st, err := n.ownNew(ctx, dir, nm)
 	if err != nil {
+		n.r.log.Warn("could not give new entry to caller", zap.String("path", n.path()+"/"+nm), zap.Error(err))
 		return nil, n.errno(err)
 	}
 	return n.child(ctx, nm, &st, out), 0
+}
+
+// ownNew gives the entry just made at dir/nm to the caller. What it
+// finds there must look like what the daemon just made (its own, one
+// link), else it was swapped directly in BACKING and is left alone.
+func (n *Node) ownNew(ctx context.Context, dir int, nm string) (unix.Stat_t, error) {
+	fd, err := openAt(dir, nm, unix.O_PATH, 0)
+	if err != nil {
+		return unix.Stat_t{}, err
+	}
+	defer unix.Close(fd)
+	st, err := fstat(fd)
+	if err != nil {
+		return st, err
+	}
+	links := uint64(1)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		links = 2 // (1 on btrfs)
+	}
+	if st.Uid != uint32(os.Geteuid()) || uint64(st.Nlink) > links {
+		return st, syscall.ESTALE
+	}
+	if err := n.own(ctx, dir, fd); err != nil {
+		return st, err
+	}
+	return fstat(fd)
 }
 
 func (n *Node) Mkdir(ctx context.Context, nm string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -110,13 +135,40 @@ func (n *Node) remove(nm string, flags int) syscall.Errno {
 	if err != nil {
 		return n.errno(err)
 	}
+	ghost := k.pathFd(dir, nm)
 	if err := unlinkAt(dir, nm, flags); err != nil {
+		closeFd(ghost)
 		return n.errno(err)
 	}
 	if k != nil {
 		k.f.dropName(n, nm)
+		k.f.lostName(ghost)
 	}
 	return 0
+}
+
+// pathFd opens an O_PATH fd of k's version at dir/nm before a change
+// that may take k's last name: see file.ghost. -1 if k is not a known
+// regular file there.
+func (k *Node) pathFd(dir int, nm string) int {
+	if k == nil || k.f.kind != unix.S_IFREG {
+		return -1
+	}
+	fd, err := openAt(dir, nm, unix.O_PATH, 0)
+	if err != nil {
+		return -1
+	}
+	if st, err := fstat(fd); err != nil || !k.r.ids.owns(k.f, keyOf(&st)) {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+func closeFd(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
 }
 
 func (n *Node) Unlink(ctx context.Context, nm string) syscall.Errno { return n.remove(nm, 0) }
@@ -144,7 +196,12 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 	if err != nil {
 		return n.errno(err)
 	}
+	ghost := -1
+	if dst != src && flags&unix.RENAME_EXCHANGE == 0 {
+		ghost = dst.pathFd(ndir, newName)
+	}
 	if err := renameAt(odir, nm, ndir, newName, uint(flags)); err != nil {
+		closeFd(ghost)
 		return n.errno(err)
 	}
 	if src != nil {
@@ -156,6 +213,7 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 		if flags&unix.RENAME_EXCHANGE != 0 {
 			dst.f.addName(n, nm)
 		}
+		dst.f.lostName(ghost)
 	}
 	return 0
 }

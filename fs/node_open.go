@@ -11,13 +11,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openCurrent opens the current committed version of a regular file.
+// openCurrent opens the current committed version of a regular file,
+// through a name that still leads to it. ENOENT: no name is left.
+// ESTALE: the names lead to other files now (replaced directly in
+// BACKING); the kernel then looks the name up again and retries.
 func (n *Node) openCurrent(flags int) (*os.File, error) {
-	dir, nm, err := n.where()
-	if err != nil {
-		return nil, err
+	names := n.f.nameList()
+	if len(names) == 0 {
+		return nil, syscall.ENOENT
 	}
-	return openRegular(dir, nm, flags)
+	err := error(syscall.ESTALE)
+	for _, o := range names {
+		dir, derr := o.dir.dirFd()
+		if derr != nil {
+			continue
+		}
+		fd, oerr := openRegular(dir, o.name, flags)
+		if oerr != nil {
+			if !errors.Is(oerr, syscall.ENOENT) {
+				err = oerr
+			}
+			continue
+		}
+		if st, serr := fstat(int(fd.Fd())); serr == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+			return fd, nil
+		}
+		fd.Close()
+	}
+	return nil, err
 }
 
 // openRegular opens dir/nm only if it is a regular file: it is looked at
@@ -57,14 +78,14 @@ func isWrite(flags uint32) bool {
 // direct I/O so that their pending bytes never enter the page cache
 // shared by every handle of the kernel inode; readers too, so an old
 // reader never sees pages of a newer version.
-func (n *Node) newHandle(ctx context.Context, base *os.File, flags uint32) (*handle, error) {
-	h := &handle{n: n, write: isWrite(flags), append: flags&syscall.O_APPEND != 0, first: base, base: base}
+// ver is the file's version read before base was opened: if a commit
+// came in between, the handle looks newer versions up rather than take
+// an older one for the latest.
+func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags uint32) (*handle, error) {
+	h := &handle{n: n, write: isWrite(flags), append: flags&syscall.O_APPEND != 0, first: base, base: base, baseVer: ver}
 	if c, ok := fuse.FromContext(ctx); ok {
-		h.uid, h.gid = c.Uid, c.Gid
+		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, tgidOf(c.Pid)
 	}
-	n.f.mu.Lock()
-	h.baseVer = n.f.version
-	n.f.mu.Unlock()
 	if h.write && flags&syscall.O_TRUNC != 0 {
 		if err := h.truncate(0); err != nil {
 			base.Close()
@@ -83,11 +104,20 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if isWrite(flags) {
 		mode = unix.O_RDWR
 	}
+	ver := n.f.ver()
 	base, err := n.openCurrent(mode)
+	if errors.Is(err, syscall.ENOENT) {
+		base, err = n.f.openGhost(mode)
+	}
+	if errors.Is(err, syscall.ENOENT) {
+		// The name was replaced or removed after the kernel resolved it:
+		// ESTALE makes the kernel look it up again.
+		err = syscall.ESTALE
+	}
 	if err != nil {
 		return nil, 0, n.errno(err)
 	}
-	h, err := n.newHandle(ctx, base, flags)
+	h, err := n.newHandle(ctx, base, ver, flags)
 	if err != nil {
 		return nil, 0, n.errno(err)
 	}
@@ -104,35 +134,60 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	}
 	// O_EXCL first, so that a new file gets the caller as owner and an
 	// existing one (made outside the mount) is opened as it is.
-	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, mode&07777)
-	if errors.Is(err, unix.EEXIST) && flags&syscall.O_EXCL == 0 {
-		fd, err = openAt(dir, nm, unix.O_RDWR, 0)
-	} else if err == nil {
-		err = n.own(ctx, dir, nm)
-		if err != nil {
-			unix.Close(fd)
-			_ = unlinkAt(dir, nm, 0)
-		}
-	}
+	f, created, err := n.createOrOpen(ctx, dir, nm, flags, mode)
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
-	st, err := fstat(fd)
+	st, err := fstat(int(f.Fd()))
+	if err == nil && !created {
+		err = mayOpen(ctx, &st, flags)
+	}
 	if err != nil {
-		unix.Close(fd)
+		f.Close()
 		return nil, nil, 0, n.errno(err)
 	}
 	in := n.child(ctx, nm, &st, out)
-	h, err := in.Operations().(*Node).newHandle(ctx, os.NewFile(uintptr(fd), nm), flags)
+	cn := in.Operations().(*Node)
+	// A file that was there already may have had a commit since we
+	// opened it: staleVer makes a writer look the latest version up.
+	ver := uint64(staleVer)
+	if created {
+		ver = cn.f.ver()
+	}
+	h, err := cn.newHandle(ctx, f, ver, flags)
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
 	return in, h, fuse.FOPEN_DIRECT_IO, 0
 }
 
-// own gives a new entry to the caller (when the daemon is root). In a
-// set-gid directory the group stays the directory's, as the kernel does.
-func (n *Node) own(ctx context.Context, dir int, nm string) error {
+// staleVer is a version no file reaches: a handle holding it refreshes.
+const staleVer = ^uint64(0)
+
+// createOrOpen creates nm for the caller, or without O_EXCL opens the
+// regular file some other process put there first.
+func (n *Node) createOrOpen(ctx context.Context, dir int, nm string, flags, mode uint32) (*os.File, bool, error) {
+	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, mode&07777)
+	if errors.Is(err, unix.EEXIST) && flags&syscall.O_EXCL == 0 {
+		f, err := openRegular(dir, nm, unix.O_RDWR)
+		return f, false, err
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := n.own(ctx, dir, fd); err != nil {
+		unix.Close(fd)
+		_ = unlinkAt(dir, nm, 0)
+		return nil, false, err
+	}
+	return os.NewFile(uintptr(fd), nm), true, nil
+}
+
+// own gives a new entry, open as fd, to the caller (when the daemon is
+// root): by fd, never by name, so an entry swapped in under the name
+// directly in BACKING is not given away. In a set-gid directory the
+// group stays the directory's, as the kernel does.
+func (n *Node) own(ctx context.Context, dir, fd int) error {
 	c, ok := fuse.FromContext(ctx)
 	if !ok || os.Geteuid() != 0 {
 		return nil
@@ -141,5 +196,5 @@ func (n *Node) own(ctx context.Context, dir int, nm string) error {
 	if st, err := fstat(dir); err == nil && st.Mode&unix.S_ISGID != 0 {
 		gid = -1
 	}
-	return lchownAt(dir, nm, int(c.Uid), gid)
+	return unix.Fchownat(fd, "", int(c.Uid), gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
 }

@@ -72,7 +72,14 @@ func (r *root) forget(f *file) {
 	f.mu.Unlock()
 	if !open {
 		r.ids.drop(f)
+		f.dropGhost()
 	}
+}
+
+func (f *file) ver() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.version
 }
 
 func (f *file) bump() {

@@ -221,7 +221,7 @@ func (r *recovery) openTarget(rec Record) (*os.File, int64, bool) {
 	case !fi.Mode().IsRegular():
 		why = "target is not a regular file"
 	case !sameFile(fi, rec):
-		why = "target is another file now (dev/ino differ)"
+		why = "target is another file now (inode number differs)"
 	default:
 		return f, fi.Size(), true
 	}
@@ -230,9 +230,12 @@ func (r *recovery) openTarget(rec Record) (*os.File, int64, bool) {
 	return nil, 0, false
 }
 
+// sameFile compares inode numbers only: the device number changes when
+// the file system is attached elsewhere (an image restored, another loop
+// or device-mapper number after a reboot), the inode number does not.
 func sameFile(fi os.FileInfo, rec Record) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && uint64(st.Dev) == rec.Dev && uint64(st.Ino) == rec.Ino
+	return ok && uint64(st.Ino) == rec.Ino
 }
 
 func (r *recovery) refuse(rec Record, why string, err error) {

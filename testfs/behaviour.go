@@ -1068,20 +1068,13 @@ func caseFlock(t *testing.T, dir string) {
 	require.NoError(t, unix.Flock(int(a.Fd()), unix.LOCK_EX|unix.LOCK_NB))
 }
 
-// perlLock holds a whole-file write lock (struct flock on x86_64/arm64:
-// short type, short whence, pad, off_t start, off_t len, pid_t pid, pad)
-// until its stdin closes.
-const perlLock = `use Fcntl;
-open(my $fh, "+<", $ARGV[0]) or die "open: $!";
-my $lk = pack("s s x4 q q i x4", F_WRLCK, 0, 0, 0, 0);
-fcntl($fh, F_SETLK, $lk) or die "fcntl: $!";
-$| = 1; print "locked\n";
-<STDIN>;`
-
-func caseFcntlLockTwoProcesses(t *testing.T, dir string) {
-	p := filepath.Join(dir, "f")
-	bhWrite(t, p, "x")
-	cmd := exec.Command("perl", "-e", perlLock, p)
+// bhHold runs a Perl program in another process, which holds something
+// (a lock, an open writer) until its stdin closes at the test's end. It
+// returns the first line the program prints when ready, its pid, and a
+// function that ends it early.
+func bhHold(t *testing.T, prog string, args ...string) (string, int, func()) {
+	t.Helper()
+	cmd := exec.Command("perl", append([]string{"-e", prog}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -1098,18 +1091,39 @@ func caseFcntlLockTwoProcesses(t *testing.T, dir string) {
 	}
 	t.Cleanup(stop)
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "perl said nothing")
+	if err != nil {
+		stdin.Close()
+		werr := cmd.Wait()
+		t.Fatalf("perl said nothing: %v %v: %s", err, werr, stderr.String())
+	}
+	return line, cmd.Process.Pid, stop
+}
+
+// perlLock holds a whole-file write lock (struct flock on x86_64/arm64:
+// short type, short whence, pad, off_t start, off_t len, pid_t pid, pad)
+// until its stdin closes.
+const perlLock = `use Fcntl;
+open(my $fh, "+<", $ARGV[0]) or die "open: $!";
+my $lk = pack("s s x4 q q i x4", F_WRLCK, 0, 0, 0, 0);
+fcntl($fh, F_SETLK, $lk) or die "fcntl: $!";
+$| = 1; print "locked\n";
+<STDIN>;`
+
+func caseFcntlLockTwoProcesses(t *testing.T, dir string) {
+	p := filepath.Join(dir, "f")
+	bhWrite(t, p, "x")
+	line, pid, stop := bhHold(t, perlLock, p)
 	require.Equal(t, "locked\n", line)
 
 	f := bhOpen(t, p, os.O_RDWR, 0)
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
-	err = unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
+	err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
 	require.Error(t, err)
 	require.True(t, errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES), "got %v", err)
 	lk = unix.Flock_t{Type: unix.F_RDLCK}
 	require.NoError(t, unix.FcntlFlock(f.Fd(), unix.F_GETLK, &lk))
 	require.Equal(t, int16(unix.F_WRLCK), lk.Type)
-	require.Equal(t, int32(cmd.Process.Pid), lk.Pid)
+	require.Equal(t, int32(pid), lk.Pid)
 	stop()
 	lk = unix.Flock_t{Type: unix.F_WRLCK}
 	require.NoError(t, unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk))
@@ -1521,17 +1535,23 @@ func readMatchesFstat(p string) error {
 func caseStatMatchesRead(t *testing.T, dir string) {
 	p := filepath.Join(dir, "f")
 	bhWrite(t, p, "c")
-	w := bhOpen(t, p, os.O_RDWR, 0)
-	_, err := w.WriteAt(bytes.Repeat([]byte("w"), 100), 0)
-	require.NoError(t, err)
+	// The writer is another process, as the CGI script is to the server.
+	line, _, _ := bhHold(t, perlUnsaved, p)
+	require.Equal(t, "written\n", line)
 	st := bhStat(t, p)
 	r := bhOpen(t, p, os.O_RDONLY, 0)
 	rst := bhFstat(t, r)
 	got := bhReadAll(t, r)
 	assert.Equal(t, int64(len(got)), st.Size, "stat(path) size vs bytes read")
 	assert.Equal(t, int64(len(got)), rst.Size, "fstat(reader) size vs bytes read")
-	bhClose(t, w)
 }
+
+// perlUnsaved writes 100 bytes into an open file and holds it open,
+// unclosed, until its stdin closes.
+const perlUnsaved = `open(my $fh, "+<", $ARGV[0]) or die "open: $!";
+syswrite($fh, "w" x 100) == 100 or die "write: $!";
+$| = 1; print "written\n";
+<STDIN>;`
 
 // A program that runs a command (system, popen, exec) while it holds a
 // file open with unsaved writes: the child's exec closes its copy of the

@@ -60,9 +60,24 @@ func (p Perl) Run() (string, error) {
 		err = fmt.Errorf("%v (time limit %v)", err, limit)
 	}
 	if err != nil {
-		return out.String(), fmt.Errorf("perl %s %s: %w\n%s", p.Script, strings.Join(p.Args, " "), err, out.String())
+		return out.String(), fmt.Errorf("perl %s %s: %w\n%s", p.Script, shortArgs(p.Args), err, out.String())
 	}
 	return out.String(), nil
+}
+
+// shortArgs joins args for messages, each cut to 80 bytes.
+func shortArgs(args []string) string {
+	var b strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if len(a) > 80 {
+			a = fmt.Sprintf("%s...(%d bytes)", a[:80], len(a))
+		}
+		b.WriteString(a)
+	}
+	return b.String()
 }
 
 // RunPerl runs a script to its end as c (nil: as the test) and fails the

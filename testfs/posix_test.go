@@ -17,10 +17,6 @@ var posixExcluded = map[string]string{
 	// expected EAGAIN cannot come on any file system (it fails on ext4
 	// too; go-fuse's own posixtest TestAll skips it: "TODO - fix this test").
 	"FcntlFlockLocksFile": "same-process F_SETLK on a second fd never conflicts (POSIX locks are per process); fails on ext4 too",
-	// Known safefs bug, to fix: Open/Getattr look a file up again by its
-	// recorded name, so a racing rename can make fstat describe another
-	// file. Against a plain directory it fails here anyway (see below).
-	"OpenSymlinkRace": "safefs bug: fstat may describe the file a racing rename put at the name (open by name, not by inode)",
 }
 
 // posixExcludedPlain are excluded only against the plain directory.

@@ -67,7 +67,7 @@ sub inplace {
     $last = $v + 1;
 }
 
-sub pause { usleep(500 + int(rand(2000))) }
+sub pause { usleep(2000 + int(rand(8000))) }
 
 my $tmp = "$lock.$$.tmp";
 if ($method eq 'link') {

@@ -142,6 +142,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	if _, err := journal.Recover(r.internalPath, targets{r.rootfd}, r.log); err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
+	r.reportRejected()
 	var err error
 	if r.jr, err = journal.Open(r.internalPath, r.opts.Durable, r.log); err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -187,6 +188,7 @@ func TestValidate(t *testing.T) {
 	for name, r := range bad {
 		assert.Error(t, r.Validate(), name)
 	}
+	assert.ErrorIs(t, replaceRec(long, "s").Validate(), syscall.ENAMETOOLONG, "a deep file's caller gets ENAMETOOLONG, not EIO")
 	good := []Record{
 		replaceRec("a", "s"),
 		replaceRec("dir/with space/..x/\nnewline", "s.tmp"),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -97,7 +98,8 @@ func validTarget(t string) error {
 	case t == "" || t == ".":
 		return errors.New("empty target")
 	case len(t) > maxTarget:
-		return errors.New("target too long")
+		// The path of a very deep file: the caller gets ENAMETOOLONG.
+		return fmt.Errorf("target too long: %w", syscall.ENAMETOOLONG)
 	case filepath.IsAbs(t):
 		return errors.New("absolute target")
 	case filepath.Clean(t) != t:

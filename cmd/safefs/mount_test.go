@@ -1,164 +1,21 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/testfs"
 )
-
-// requireFuse skips a FUSE test on a machine without /dev/fuse, except in
-// CI, where a missing device is a broken runner and must fail loudly.
-func requireFuse(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat("/dev/fuse"); err == nil {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("/dev/fuse is missing and CI is set: the FUSE tests must run in CI")
-	}
-	t.Skip("/dev/fuse is missing")
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
-}
-
-// mountType returns the file system type of the mount at path in
-// /proc/mounts, or ok=false if path is not a mount point.
-func mountType(t *testing.T, path string) (fstype string, ok bool) {
-	t.Helper()
-	data, err := os.ReadFile("/proc/mounts")
-	require.NoError(t, err)
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 3 && unescapeMountField(f[1]) == path {
-			fstype, ok = f[2], true // the last one is the one on top
-		}
-	}
-	return fstype, ok
-}
-
-// unmountIfMounted lazily detaches path, and only path, if a test left it
-// mounted.
-func unmountIfMounted(t *testing.T, path string) {
-	t.Helper()
-	if _, ok := mountType(t, path); !ok {
-		return
-	}
-	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil {
-		t.Errorf("cleanup: unmount %s: %v", path, err)
-	}
-}
-
-// stderrWatch collects a subprocess's stderr and notices the "mounted"
-// log line.
-type stderrWatch struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	mounted chan struct{}
-	seen    bool
-}
-
-func (w *stderrWatch) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	// Console format: time<TAB>level<TAB>message<TAB>fields.
-	if !w.seen && strings.Contains(w.buf.String(), "\tmounted\t") {
-		w.seen = true
-		close(w.mounted)
-	}
-	return len(p), nil
-}
-
-func (w *stderrWatch) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
-// mountProc is a running `safefs mount`.
-type mountProc struct {
-	cmd     *exec.Cmd
-	stderr  *stderrWatch
-	exited  chan struct{}
-	waitErr error // valid once exited is closed
-}
-
-// startMount starts `safefs mount backing mnt` and registers a cleanup
-// that kills it and detaches mnt if it is still mounted.
-func startMount(t *testing.T, backing, mnt string) *mountProc {
-	t.Helper()
-	p := &mountProc{
-		cmd:    exec.Command(safefsBin, "mount", backing, mnt),
-		stderr: &stderrWatch{mounted: make(chan struct{})},
-		exited: make(chan struct{}),
-	}
-	p.cmd.Stderr = p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.kill(t)
-		unmountIfMounted(t, mnt)
-	})
-	return p
-}
-
-func (p *mountProc) kill(t *testing.T) {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		t.Errorf("cleanup: safefs pid %d did not die", p.cmd.Process.Pid)
-	}
-}
-
-// waitMounted waits (up to 20 s) for the "mounted" log line.
-func (p *mountProc) waitMounted(t *testing.T) {
-	t.Helper()
-	select {
-	case <-p.stderr.mounted:
-	case <-p.exited:
-		t.Fatalf("safefs mount exited before mounting (%v); stderr:\n%s", p.waitErr, p.stderr)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no \"mounted\" line after 20s; stderr:\n%s", p.stderr)
-	}
-}
-
-// exitCode waits for the process to end and returns its exit code.
-func (p *mountProc) exitCode(t *testing.T) int {
-	t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("safefs mount still running after 20s; stderr:\n%s", p.stderr)
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
 
 // umountFromOutside unmounts the way an administrator would.
 func umountFromOutside(t *testing.T, mnt string) {
@@ -185,7 +42,6 @@ func TestMountLifeCycle(t *testing.T) {
 			requireFuse(t)
 			backing, mnt := tempDir(t), tempDir(t)
 			p := startMount(t, backing, mnt)
-			p.waitMounted(t)
 
 			fstype, ok := mountType(t, mnt)
 			require.True(t, ok, "%s not in /proc/mounts after the mounted line", mnt)
@@ -197,7 +53,7 @@ func TestMountLifeCycle(t *testing.T) {
 			assert.Equal(t, "hello\n", string(got))
 
 			tt.stop(t, p, mnt)
-			assert.Equal(t, exitOK, p.exitCode(t), "stderr:\n%s", p.stderr)
+			assert.Equal(t, exitOK, p.exitCode(t), "stderr:\n%s", p.out)
 			_, ok = mountType(t, mnt)
 			assert.False(t, ok, "%s still mounted after safefs exited", mnt)
 		})
@@ -208,7 +64,6 @@ func TestMountBusyBacking(t *testing.T) {
 	requireFuse(t)
 	backing, mnt := tempDir(t), tempDir(t)
 	p := startMount(t, backing, mnt)
-	p.waitMounted(t)
 
 	t.Run("second mount", func(t *testing.T) {
 		mnt2 := tempDir(t)
@@ -224,7 +79,7 @@ func TestMountBusyBacking(t *testing.T) {
 	})
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	assert.Equal(t, exitOK, p.exitCode(t), "stderr:\n%s", p.stderr)
+	assert.Equal(t, exitOK, p.exitCode(t), "stderr:\n%s", p.out)
 }
 
 func TestRefuseMountedMountpoint(t *testing.T) {
@@ -273,4 +128,44 @@ func mountStaleFuse(t *testing.T, dir string) {
 	require.NoError(t, err)
 	_, err = os.Stat(dir)
 	require.ErrorIs(t, err, syscall.ENOTCONN, "the test mount is not stale")
+}
+
+// TestMountAsNonRoot: a non-root user mounts with fusermount3; new files
+// are that user's. Containers that do not honour fusermount3's set-uid
+// bit cannot do this at all: the test says so and skips.
+func TestMountAsNonRoot(t *testing.T) {
+	requireFuse(t)
+	requireTool(t, "fusermount3")
+	www := testfs.LookupUser(t, "www-data")
+	dir := tempDir(t)
+	for _, d := range []string{dir, filepath.Dir(dir)} { // t.TempDir is 0700
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	bin, backing, mnt := filepath.Join(dir, "safefs"), filepath.Join(dir, "b"), filepath.Join(dir, "m")
+	copyFile(t, safefsBin, bin)
+	require.NoError(t, os.Chmod(bin, 0o755))
+	for _, d := range []string{backing, mnt} {
+		require.NoError(t, os.Mkdir(d, 0o755))
+		require.NoError(t, os.Chown(d, int(www.Uid), int(www.Gid)))
+	}
+	p := launchMount(t, testfs.AsUser(exec.Command(bin, "mount", backing, mnt), www), mnt)
+	select {
+	case <-p.mounted:
+	case <-p.exited:
+		if strings.Contains(p.out.String(), "failed to open /dev/fuse") {
+			t.Skipf("fusermount3 cannot open /dev/fuse for a non-root user here (set-uid not honoured):\n%s", p.out)
+		}
+		t.Fatalf("safefs mount as www-data exited (%v):\n%s", p.waitErr, p.out)
+	case <-time.After(mountLimit):
+		t.Fatalf("no \"mounted\" line after %v:\n%s", mountLimit, p.out)
+	}
+	out, err := testfs.AsUser(exec.Command("sh", "-c", `echo hi > "$1/x" && cat "$1/x"`, "sh", mnt), www).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "hi\n", string(out))
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Stat(filepath.Join(backing, "x"), &st))
+	assert.Equal(t, www.Uid, st.Uid, "owner of the new file")
+	stopMount(t, p)
+	_, ok := mountType(t, mnt)
+	assert.False(t, ok, "%s still mounted after safefs exited", mnt)
 }

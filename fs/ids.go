@@ -136,3 +136,10 @@ func (t *ids) unalias(f *file, k key) {
 		delete(t.byKey, k)
 	}
 }
+
+// known reports whether backing inode k belongs to a logical file.
+func (t *ids) known(k key) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byKey[k] != nil
+}

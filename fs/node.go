@@ -125,15 +125,16 @@ func (n *Node) stat() (unix.Stat_t, error) {
 // statNamed stats f's committed version through a name that still leads
 // to it. A name racing a rename may already lead to the next file.
 func (n *Node) statNamed() (unix.Stat_t, error) {
-	names := n.f.nameList()
-	for _, o := range names {
-		dir, err := o.dir.dirFd()
-		if err != nil {
-			continue
-		}
-		st, err := statAt(dir, o.name)
-		if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
-			return st, nil
+	for range staleTries { // see openCurrent
+		for _, o := range n.f.nameList() {
+			dir, err := o.dir.dirFd()
+			if err != nil {
+				continue
+			}
+			st, err := statAt(dir, o.name)
+			if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+				return st, nil
+			}
 		}
 	}
 	return unix.Stat_t{}, syscall.ENOENT
@@ -179,11 +180,28 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 	if err != nil {
 		return nil, n.errno(err)
 	}
-	st, err := statAt(dir, nm)
+	st, err := n.statEntry(dir, nm)
 	if err != nil {
 		return nil, n.errno(err)
 	}
 	return n.child(ctx, nm, &st, out), 0
+}
+
+// statEntry stats dir/nm for a lookup. An inode no logical file has yet
+// may be the old version a commit has just renamed over (stat'ed before
+// the rename, looked up after): only if the name still leads to it is it
+// a new file.
+func (n *Node) statEntry(dir int, nm string) (st unix.Stat_t, err error) {
+	for range staleTries {
+		if st, err = statAt(dir, nm); err != nil || n.r.ids.known(keyOf(&st)) {
+			return st, err
+		}
+		again, err := statAt(dir, nm)
+		if err != nil || keyOf(&again) == keyOf(&st) {
+			return st, err
+		}
+	}
+	return st, err
 }
 
 // Getattr describes what the handle reads when the kernel named one.

@@ -15,7 +15,20 @@ import (
 // through a name that still leads to it. ENOENT: no name is left.
 // ESTALE: the names lead to other files now (replaced directly in
 // BACKING); the kernel then looks the name up again and retries.
-func (n *Node) openCurrent(flags int) (*os.File, error) {
+func (n *Node) openCurrent(flags int) (f *os.File, err error) {
+	// A commit of this file between the open and the check moves the
+	// file to a new inode: that is worth a few more tries.
+	for range staleTries {
+		if f, err = n.openNamed(flags); !errors.Is(err, syscall.ESTALE) {
+			break
+		}
+	}
+	return f, err
+}
+
+const staleTries = 3
+
+func (n *Node) openNamed(flags int) (*os.File, error) {
 	names := n.f.nameList()
 	if len(names) == 0 {
 		return nil, syscall.ENOENT

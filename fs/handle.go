@@ -65,8 +65,10 @@ func (h *handle) refresh() error {
 		return nil
 	}
 	fd, err := h.n.openCurrent(h.baseFlags())
-	if errors.Is(err, syscall.ENOENT) {
-		return nil // unlinked: the open version is the latest one
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE) {
+		// Unlinked, or replaced directly in BACKING: the version this
+		// handle has is the latest one it can have.
+		return nil
 	}
 	if err != nil {
 		return err

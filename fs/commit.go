@@ -16,7 +16,7 @@ import (
 
 // commit publishes the handle's pending version under the file's lock.
 // h.mu is held. On failure the previous version stays and the pending
-// version is dropped (or, when the lock never came, kept in rejected/).
+// version is kept in rejected/ for the operator.
 func (h *handle) commit() error {
 	r := h.n.r
 	ctx, cancel := lockContext(r)
@@ -31,13 +31,9 @@ func (h *handle) commit() error {
 	} else {
 		err = h.commitWhole(g)
 	}
-	if errors.Is(err, syscall.ESTALE) {
-		return h.reject(err)
-	}
 	if err != nil {
 		r.log.Warn("commit failed, previous version kept", zap.String("path", h.n.path()), zap.Error(err))
-		h.discard()
-		return err
+		return h.reject(err)
 	}
 	h.n.f.bump()
 	return nil
@@ -88,10 +84,15 @@ func (n *Node) openLocated(dir int, nm string, want *unix.Stat_t, flags int) (*o
 	return f, st, nil
 }
 
-// reject keeps the pending bytes in rejected/ when the lock could not be
-// had, and maps the reason to the documented errno.
+// reject keeps the pending bytes of a commit that could not be made in
+// rejected/ (never silently dropped), and maps the reason to the
+// documented errno. A commit that failed after its rename has nothing
+// left to keep.
 func (h *handle) reject(why error) error {
 	r := h.n.r
+	if h.stage == nil {
+		return lockErrno(why)
+	}
 	kept := h.stageNm
 	if err := renameAt(r.stagingfd, h.stageNm, r.rejectedfd, h.stageNm, 0); err != nil {
 		kept = ""

@@ -305,6 +305,7 @@ func testFault(t *testing.T, c faultCase) {
 		// A failed commit drops its staging (and undo) file before
 		// close() returns.
 		assertNoTemp(t, backing)
+		assertRejected(t, backing, testVersion("new", 3000))
 		assert.True(t, strings.HasPrefix(out, "open ok\nwrite ok\nclose "+errLine),
 			"want close() to fail with %v; commit.pl printed:\n%s", c.errno, out)
 	case "write":
@@ -403,4 +404,17 @@ func TestFaultDelayedOpenReadsLatest(t *testing.T) {
 		"a read-write handle opened during a commit, reading after that commit's close() returned, "+
 			"reads the old version (read 6f6c640a = \"old\\n\"); output:\n%s", out)
 	stopMount(t, p)
+}
+
+// assertRejected checks that the failed commit's bytes, want, were kept
+// in rejected/ for the operator.
+func assertRejected(t *testing.T, backing string, want []byte) {
+	t.Helper()
+	dir := filepath.Join(backing, ".safefs", "rejected")
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, names, 1, "files in rejected/")
+	got, err := os.ReadFile(filepath.Join(dir, names[0].Name()))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got), "rejected/ holds %d bytes, not the %d of the failed commit", len(got), len(want))
 }

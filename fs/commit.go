@@ -36,6 +36,7 @@ func (h *handle) commit() error {
 		return h.reject(err)
 	}
 	h.n.f.bump()
+	r.count.commits.Add(1)
 	return nil
 }
 
@@ -90,6 +91,7 @@ func (n *Node) openLocated(dir int, nm string, want *unix.Stat_t, flags int) (*o
 // left to keep.
 func (h *handle) reject(why error) error {
 	r := h.n.r
+	r.count.rejected.Add(1)
 	if h.stage == nil {
 		return lockErrno(why)
 	}

@@ -251,7 +251,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		if c, ok := fuse.FromContext(ctx); ok && killedBySignal(c.Pid) {
 			// Keep the pending version: another process may share this
 			// descriptor (fork) and close it alive later.
-			h.n.r.killed.Add(1)
+			h.n.r.count.killed.Add(1)
 			h.n.r.log.Info("writer killed by a signal: not committed", zap.String("path", h.n.path()))
 			h.killed = true
 			return 0

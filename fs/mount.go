@@ -228,6 +228,7 @@ func (s *Server) Unmount() error {
 
 func (s *Server) release() {
 	s.once.Do(func() {
+		s.r.logStats()
 		if err := s.r.jr.Close(); err != nil {
 			s.r.log.Warn("journal close", zap.Error(err))
 		}

@@ -32,7 +32,7 @@ type root struct {
 	opts    Options
 	log     *zap.Logger
 	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
-	killed  killCounter
+	count   counters
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 )
@@ -18,12 +17,12 @@ const selfTestPrefix = ".safefs-selftest-"
 // one byte, and kills itself. The write must not commit.
 func (r *root) killCheckSelfTest(mountpoint string) bool {
 	probe := filepath.Join(mountpoint, selfTestPrefix+tempName())
-	before := r.killed.Load()
+	before := r.count.killed.Load()
 	cmd := exec.Command("/bin/sh", "-c", `exec >>"$0" && printf x && kill -KILL $$`, probe)
 	_ = cmd.Run() // it dies by SIGKILL: an error is the expected outcome
 	st, err := os.Stat(probe)
 	defer os.Remove(probe)
-	ok := err == nil && st.Size() == 0 && r.killed.Load() > before
+	ok := err == nil && st.Size() == 0 && r.count.killed.Load() > before
 	if ok {
 		r.log.Info("kill-check self-test passed")
 	} else {
@@ -32,6 +31,3 @@ func (r *root) killCheckSelfTest(mountpoint string) bool {
 	}
 	return ok
 }
-
-// killCounter counts writers found killed at close.
-type killCounter = atomic.Int64

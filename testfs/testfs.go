@@ -81,6 +81,9 @@ func (m *Mount) stop(t testing.TB) {
 	}
 }
 
+// Stats returns the mount's counters.
+func (m *Mount) Stats() fs.Stats { return m.srv.Stats() }
+
 // Remount unmounts and mounts again over the same backing directory.
 func (m *Mount) Remount(t testing.TB) {
 	t.Helper()

@@ -1,0 +1,32 @@
+package fs
+
+import (
+	"sync/atomic"
+
+	"go.uber.org/zap"
+)
+
+// Stats counts what a mount did, for the operator: logged at unmount,
+// and read by Server.Stats.
+type Stats struct {
+	Commits  int64 // pending versions published
+	Rejected int64 // commits that could not be made: bytes kept in rejected/
+	Killed   int64 // closes by writers killed by a signal: not committed
+}
+
+type counters struct {
+	commits, rejected, killed atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{Commits: c.commits.Load(), Rejected: c.rejected.Load(), Killed: c.killed.Load()}
+}
+
+// Stats returns the counts since the mount.
+func (s *Server) Stats() Stats { return s.r.count.snapshot() }
+
+func (r *root) logStats() {
+	st := r.count.snapshot()
+	r.log.Info("stats", zap.Int64("commits", st.Commits), zap.Int64("rejected", st.Rejected),
+		zap.Int64("killed_writers", st.Killed))
+}

@@ -1,14 +1,10 @@
 package fs
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -58,46 +54,4 @@ func inGroup(c *fuse.Caller, gid uint32) bool {
 		}
 	}
 	return false
-}
-
-// tgidOf returns the process (thread group) of thread pid: FUSE sends
-// the calling thread's id. 0 when it cannot be told.
-func tgidOf(pid uint32) uint32 {
-	n, err := strconv.ParseUint(procStatus(pid, "Tgid"), 10, 32)
-	if err != nil {
-		return 0
-	}
-	return uint32(n)
-}
-
-// procStatus returns one field of /proc/<pid>/status, "" if unknown.
-// The read is bounded: /proc blocks while the process is in execve,
-// which may itself be waiting for the request being served.
-func procStatus(pid uint32, field string) string {
-	if pid == 0 {
-		return ""
-	}
-	ch := make(chan string, 1)
-	go func() { ch <- readStatus(pid, field) }()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(100 * time.Millisecond):
-		return ""
-	}
-}
-
-func readStatus(pid uint32, field string) string {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			return strings.TrimSpace(rest)
-		}
-	}
-	return ""
 }

@@ -35,9 +35,13 @@ type handle struct {
 	dirty   bool // stage holds changes no commit has published
 	// killed: the last FLUSH came from a process killed by a signal, so
 	// RELEASE must not commit what it left; a live close or write clears it.
-	killed  bool
-	flushed bool // closed once and not used since: likely not what a stat means
-	closed  bool // released: base and first are gone
+	killed bool
+	// truncOnly: the pending version is only the open's O_TRUNC, nothing
+	// written yet. A shell's `cmd > file` closes such a descriptor after
+	// moving it to stdout: that close must not publish an empty file.
+	truncOnly bool
+	flushed   bool // closed once and not used since: likely not what a stat means
+	closed    bool // released: base and first are gone
 }
 
 var (
@@ -163,7 +167,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
 	if n > 0 {
-		h.dirty, h.killed = true, false
+		h.dirty, h.killed, h.truncOnly = true, false, false
 	}
 	if err != nil {
 		return uint32(max(n, 0)), h.errno(err)
@@ -179,7 +183,7 @@ func (h *handle) truncate(size uint64) error {
 	if err := unix.Ftruncate(int(h.stage.Fd()), int64(size)); err != nil {
 		return err
 	}
-	h.dirty, h.killed = true, false
+	h.dirty, h.killed, h.truncOnly = true, false, false
 	return nil
 }
 
@@ -192,7 +196,7 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	if err := unix.Fallocate(int(h.stage.Fd()), mode, int64(off), int64(size)); err != nil {
 		return h.errno(err)
 	}
-	h.dirty, h.killed = true, false
+	h.dirty, h.killed, h.truncOnly = true, false, false
 	return 0
 }
 
@@ -258,6 +262,9 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		}
 	}
 	h.killed = false
+	if h.truncOnly && h.sharedInCaller(ctx) {
+		return 0 // the descriptor it was moved to commits the content
+	}
 	return h.errno(h.commit())
 }
 
@@ -285,6 +292,13 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.first.Close()
 	h.closed = true
 	return 0
+}
+
+// sharedInCaller reports whether the closing process still has another
+// descriptor on the file (dup2 to stdout, then close of the original).
+func (h *handle) sharedInCaller(ctx context.Context) bool {
+	c, ok := fuse.FromContext(ctx)
+	return ok && holdsOpen(c.Pid, h.n.mountPaths())
 }
 
 // rank orders a process's handles by how likely its fstat means them:

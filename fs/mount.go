@@ -156,6 +156,13 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	r.ids.add(r.top)
 	// Modes arrive from the kernel with the caller's umask applied.
 	unix.Umask(0)
+	// As /proc shows the descriptors of processes: absolute, no symlinks.
+	if r.mountpoint, err = filepath.Abs(mountpoint); err != nil {
+		return nil, err
+	}
+	if real, err := filepath.EvalSymlinks(r.mountpoint); err == nil {
+		r.mountpoint = real
+	}
 	srv, err := serve(mountpoint, r.newNode(r.top), r.fuseOptions(backing))
 	if err != nil {
 		r.jr.Close()

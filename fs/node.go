@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -77,6 +78,20 @@ func (n *Node) path() string {
 		return nm.name
 	}
 	return nm.dir.Path(nil) + "/" + nm.name
+}
+
+// mountPaths is every path of f through the mount, as /proc shows the
+// descriptors of a process.
+func (n *Node) mountPaths() []string {
+	var out []string
+	for _, o := range n.f.nameList() {
+		p := o.name
+		if !o.dir.isRoot() {
+			p = o.dir.Path(nil) + "/" + o.name
+		}
+		out = append(out, filepath.Join(n.r.mountpoint, p))
+	}
+	return out
 }
 
 func (n *Node) errno(err error) syscall.Errno {

@@ -104,6 +104,7 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 			base.Close()
 			return nil, err
 		}
+		h.truncOnly = true
 	}
 	n.f.addHandle(h)
 	return h, nil

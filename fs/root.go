@@ -24,6 +24,7 @@ type root struct {
 	// internalPath is for the journal package, which opens its parts
 	// with O_NOFOLLOW; the fds above were opened the same way.
 	internalPath string
+	mountpoint   string // absolute
 
 	top     *file
 	ids     *ids

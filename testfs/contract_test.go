@@ -654,3 +654,41 @@ func xattr(t *testing.T, path, name string) string {
 	}
 	return string(buf[:n])
 }
+
+// TestContractShellRedirect: a shell script's `cmd > file` opens the file
+// with O_TRUNC, moves the descriptor to stdout and closes the original
+// before cmd even runs. That close must not publish an empty file:
+// readers see the old value or the new one, never nothing (contract 1).
+func TestContractShellRedirect(t *testing.T) {
+	m, www, dir := setup(t)
+	file := filepath.Join(dir, "status.txt")
+	RunPerl(t, &www, "write.pl", file, ">", "value 0\n")
+	const runs = 100
+	script := `for i in $(seq 1 ` + strconv.Itoa(runs) + `); do /usr/bin/printf 'value %s\n' "$i" > "$1"; done`
+	writer := AsUser(exec.Command("sh", "-c", script, "sh", file), www)
+	var empty, reads int
+	done := make(chan error, 1)
+	require.NoError(t, writer.Start())
+	go func() { done <- writer.Wait() }()
+	for {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			t.Logf("%d reads while the shell rewrote the file %d times", reads, runs)
+			assert.Zero(t, empty, "reads that found the file empty")
+			assert.Equal(t, fmt.Sprintf("value %d\n", runs), string(readBoth(t, m, "data/status.txt")))
+			// `: > file` empties it, by the time the shell goes on.
+			out, err := AsUser(exec.Command("sh", "-c", `: > "$1"; wc -c < "$1"`, "sh", file), www).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Equal(t, "0", strings.TrimSpace(string(out)), "size seen by the shell right after : >")
+			return
+		default:
+		}
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		reads++
+		if len(b) == 0 {
+			empty++
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package fs
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What the daemon learns about a caller comes from /proc. Reading /proc
+// of a process blocks while it is in execve, and execve may itself wait
+// for the very request being served (it closes inherited descriptors):
+// every read is bounded, and an answer that does not come is def.
+const procWait = 100 * time.Millisecond
+
+func bounded[T any](def T, fn func() T) T {
+	ch := make(chan T, 1)
+	go func() { ch <- fn() }()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(procWait):
+		return def
+	}
+}
+
+// Linux task flags (include/linux/sched.h).
+const (
+	pfExiting  = 0x4
+	pfSignaled = 0x400
+)
+
+// killedBySignal reports whether pid is exiting because a signal killed
+// it. A dying process still flushes its descriptors; its writes must not
+// commit. pid 0 (another pid namespace) cannot be checked; a process in
+// execve is not dying.
+func killedBySignal(pid uint32) bool {
+	if pid == 0 {
+		return false
+	}
+	fl := bounded(0, func() uint64 { fl, _ := taskFlags(pid); return fl })
+	return fl&pfExiting != 0 && fl&pfSignaled != 0
+}
+
+// taskFlags reads field 9 of /proc/<pid>/stat.
+func taskFlags(pid uint32) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// comm (field 2) may hold spaces and parens: count from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, os.ErrInvalid
+	}
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) < 7 {
+		return 0, os.ErrInvalid
+	}
+	return strconv.ParseUint(string(fields[6]), 10, 64)
+}
+
+// tgidOf returns the process (thread group) of thread pid: FUSE sends
+// the calling thread's id. 0 when it cannot be told.
+func tgidOf(pid uint32) uint32 {
+	n, err := strconv.ParseUint(procStatus(pid, "Tgid"), 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
+}
+
+// procStatus returns one field of /proc/<pid>/status, "" if unknown.
+func procStatus(pid uint32, field string) string {
+	if pid == 0 {
+		return ""
+	}
+	return bounded("", func() string { return readStatus(pid, field) })
+}
+
+func readStatus(pid uint32, field string) string {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
+// holdsOpen reports whether process pid has a descriptor open on one of
+// paths. The readlink of /proc/<pid>/fd/N does not call into the mount.
+func holdsOpen(pid uint32, paths []string) bool {
+	if pid == 0 || len(paths) == 0 {
+		return false
+	}
+	return bounded(false, func() bool {
+		dir := fmt.Sprintf("/proc/%d/fd", pid)
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			return false
+		}
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+			if err == nil && slices.Contains(paths, target) {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -262,8 +262,8 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		}
 	}
 	h.killed = false
-	if h.truncOnly && h.sharedInCaller(ctx) {
-		return 0 // the descriptor it was moved to commits the content
+	if h.truncOnly && h.deferTrunc(ctx) {
+		return 0 // another descriptor brings the content
 	}
 	return h.errno(h.commit())
 }
@@ -294,11 +294,20 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-// sharedInCaller reports whether the closing process still has another
-// descriptor on the file (dup2 to stdout, then close of the original).
-func (h *handle) sharedInCaller(ctx context.Context) bool {
+// deferTrunc reports whether a close whose only pending change is the
+// open's O_TRUNC should leave it pending: the closing process is not the
+// one that opened the file (a child that inherited it and wrote nothing),
+// or still holds another descriptor on it (a shell's dup2 to stdout). The
+// opener's own last close commits it: `: > file` empties the file.
+func (h *handle) deferTrunc(ctx context.Context) bool {
 	c, ok := fuse.FromContext(ctx)
-	return ok && holdsOpen(c.Pid, h.n.mountPaths())
+	if !ok {
+		return false
+	}
+	if tgid := tgidOf(c.Pid); tgid != 0 && tgid != h.tgid {
+		return true
+	}
+	return holdsOpen(c.Pid, h.n.mountPaths())
 }
 
 // rank orders a process's handles by how likely its fstat means them:

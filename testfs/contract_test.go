@@ -698,3 +698,36 @@ func TestContractShellRedirect(t *testing.T) {
 		}
 	}
 }
+
+// TestContractDBMCounter: hit counters in DBM files (SDBM_File, whose
+// database is two files, and DB_File), updated under the script's own
+// flock by 8 processes: the count is exact and every process's own key
+// holds its own count. (GDBM_File and NDBM_File, dbmopen's default on
+// Debian, map the file shared: see the README's limitations.)
+func TestContractDBMCounter(t *testing.T) {
+	const procs, runs = 8, 25
+	m, www, dir := setup(t)
+	for _, module := range []string{"SDBM_File", "DB_File"} {
+		t.Run(module, func(t *testing.T) {
+			file := filepath.Join(dir, "hits_"+module)
+			ps := make([]Perl, procs)
+			for i := range ps {
+				ps[i] = Perl{Script: "dbm_counter.pl", As: &www, Args: []string{module, file, strconv.Itoa(runs)}}
+			}
+			assertNoAnomalies(t, runAll(t, ps))
+			hits, own := "", 0
+			for line := range strings.Lines(RunPerl(t, &www, "dbm_dump.pl", module, file)) {
+				k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+				switch {
+				case k == "hits":
+					hits = v
+				case strings.HasPrefix(k, "p") && v == strconv.Itoa(runs):
+					own++
+				}
+			}
+			assert.Equal(t, strconv.Itoa(procs*runs), hits, "the counter lost or doubled increments")
+			assert.Equal(t, procs, own, "processes whose own key holds their count")
+			NoPendingStaging(t, m)
+		})
+	}
+}

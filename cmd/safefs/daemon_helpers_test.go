@@ -6,6 +6,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -259,4 +261,13 @@ func waitKilled(t *testing.T, p *mountProc) {
 	require.True(t, ok)
 	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL,
 		"safefs mount ended with %v, not by SIGKILL; stderr:\n%s", p.cmd.ProcessState, p.out)
+}
+
+// closeStdin closes a subprocess's stdin pipe. The process may have read
+// what it needed, exited and been reaped (which closes the pipe) already.
+func closeStdin(t *testing.T, w io.Closer) {
+	t.Helper()
+	if err := w.Close(); !errors.Is(err, os.ErrClosed) {
+		require.NoError(t, err)
+	}
 }

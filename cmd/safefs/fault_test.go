@@ -179,7 +179,7 @@ func (c *pausedCommit) finish(t *testing.T) string {
 	t.Helper()
 	_, err := io.WriteString(c.stdin, "go\n")
 	require.NoError(t, err)
-	require.NoError(t, c.stdin.Close())
+	closeStdin(t, c.stdin)
 	c.p.wait(t)
 	return c.out.String()
 }
@@ -397,7 +397,7 @@ func TestFaultDelayedOpenReadsLatest(t *testing.T) {
 
 	_, err = io.WriteString(bin, "go\n")
 	require.NoError(t, err)
-	require.NoError(t, bin.Close())
+	closeStdin(t, bin)
 	b.wait(t)
 	out := bout.String()
 	assert.Contains(t, out, "read "+hex.EncodeToString([]byte("new\n")),

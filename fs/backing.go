@@ -166,6 +166,20 @@ func renameAt(olddir int, oldname string, newdir int, newname string, flags uint
 	return unix.Renameat2(olddir, oldname, newdir, newname, flags)
 }
 
+// tmpfileAt makes a nameless file in dir (open(2) O_TMPFILE).
+func tmpfileAt(dir int, mode uint32) (int, error) {
+	return unix.Openat(dir, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, mode)
+}
+
+// linkFd gives the open file fd the name newname in newdir: the way to
+// name an O_TMPFILE file (through /proc, no capability needed).
+func linkFd(fd int, newdir int, newname string) error {
+	if err := checkName(newname); err != nil {
+		return err
+	}
+	return unix.Linkat(unix.AT_FDCWD, procPath(fd), newdir, newname, unix.AT_SYMLINK_FOLLOW)
+}
+
 // linkAt hard-links; without AT_SYMLINK_FOLLOW a symlink is linked itself.
 func linkAt(olddir int, oldname string, newdir int, newname string) error {
 	if err := checkName(oldname); err != nil {

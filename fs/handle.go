@@ -42,6 +42,7 @@ type handle struct {
 	truncOnly bool
 	flushed   bool // closed once and not used since: likely not what a stat means
 	closed    bool // released: base and first are gone
+	private   bool // an O_TMPFILE file not linked yet: writes go to base
 }
 
 var (
@@ -153,6 +154,10 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.flushed = false
+	if h.private {
+		n, err := unix.Pwrite(int(h.base.Fd()), data, off)
+		return uint32(max(n, 0)), h.errno(err)
+	}
 	if err := h.copyUp(h.append); err != nil {
 		return 0, h.errno(err)
 	}
@@ -177,6 +182,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // truncate is ftruncate on this handle: a change like a write.
 func (h *handle) truncate(size uint64) error {
+	if h.private {
+		return unix.Ftruncate(int(h.base.Fd()), int64(size))
+	}
 	if err := h.copyUp(size == 0); err != nil {
 		return err
 	}
@@ -190,6 +198,9 @@ func (h *handle) truncate(size uint64) error {
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.private {
+		return h.errno(unix.Fallocate(int(h.base.Fd()), mode, int64(off), int64(size)))
+	}
 	if err := h.copyUp(false); err != nil {
 		return h.errno(err)
 	}

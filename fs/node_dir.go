@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"os"
 	"syscall"
 
@@ -75,15 +76,18 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 		return nil, syscall.EPERM
 	}
 	t := target.(*Node)
-	tdir, tnm, err := t.where()
-	if err != nil {
-		return nil, n.errno(err)
-	}
 	dir, err := n.dirFd()
 	if err != nil {
 		return nil, n.errno(err)
 	}
-	if err := linkAt(tdir, tnm, dir, nm); err != nil {
+	tdir, tnm, err := t.where()
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		err = n.linkPrivate(t, dir, nm) // an O_TMPFILE file
+	case err == nil:
+		err = linkAt(tdir, tnm, dir, nm)
+	}
+	if err != nil {
 		return nil, n.errno(err)
 	}
 	st, err := statAt(dir, nm)

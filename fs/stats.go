@@ -25,6 +25,9 @@ func (c *counters) snapshot() Stats {
 // Stats returns the counts since the mount.
 func (s *Server) Stats() Stats { return s.r.count.snapshot() }
 
+// LogStats logs the counts since the mount (a "stats" line).
+func (s *Server) LogStats() { s.r.logStats() }
+
 func (r *root) logStats() {
 	st := r.count.snapshot()
 	r.log.Info("stats", zap.Int64("commits", st.Commits), zap.Int64("rejected", st.Rejected),

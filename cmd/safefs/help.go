@@ -71,6 +71,7 @@ func printMountUsage(w io.Writer) {
 
 Mounts safefs on MOUNTPOINT, serving the files of BACKING, and stays in the
 foreground until SIGINT or SIGTERM, or until MOUNTPOINT is unmounted.
+SIGUSR1 logs the counters (commits, rejected, killed writers) and goes on.
 -o may be given several times, before or after BACKING and MOUNTPOINT;
 a later option overrides an earlier one.
 

@@ -41,7 +41,7 @@ func serve(backing, mnt string, opts fs.Options, log *zap.Logger) error {
 	// Listen before mounting: a signal that arrives while fs.Mount runs
 	// must not kill us and leave a mount without a server.
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(sigs)
 
 	srv, err := fs.Mount(backing, mnt, opts)
@@ -74,6 +74,10 @@ func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger) {
 			log.Info("unmounted from outside")
 			return
 		case sig := <-sigs:
+			if sig == syscall.SIGUSR1 {
+				srv.LogStats() // the operator asks for the counters
+				continue
+			}
 			log.Info("unmounting", zap.Stringer("signal", sig))
 			if err := srv.Unmount(); err != nil {
 				log.Error("unmount failed, still serving; send the signal again to retry", zap.Error(err))

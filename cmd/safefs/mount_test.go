@@ -169,3 +169,31 @@ func TestMountAsNonRoot(t *testing.T) {
 	_, ok := mountType(t, mnt)
 	assert.False(t, ok, "%s still mounted after safefs exited", mnt)
 }
+
+// TestMountStatsOnSIGUSR1: SIGUSR1 logs the counters and the mount goes on.
+func TestMountStatsOnSIGUSR1(t *testing.T) {
+	requireFuse(t)
+	backing, mnt := tempDir(t), tempDir(t)
+	p := startMount(t, backing, mnt)
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGUSR1))
+	line := waitOutput(t, p.proc, "\tstats\t")
+	assert.Contains(t, line, `"commits": 1`)
+	_, ok := mountType(t, mnt)
+	assert.True(t, ok, "still mounted after SIGUSR1")
+	stopMount(t, p)
+}
+
+// waitOutput waits for a line of the process's output holding s.
+func waitOutput(t *testing.T, p *proc, s string) string {
+	t.Helper()
+	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for line := range strings.Lines(p.out.String()) {
+			if strings.Contains(line, s) {
+				return line
+			}
+		}
+	}
+	t.Fatalf("no line with %q after %v:\n%s", s, waitLimit, p.out)
+	return ""
+}

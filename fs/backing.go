@@ -191,13 +191,6 @@ func linkAt(olddir int, oldname string, newdir int, newname string) error {
 	return unix.Linkat(olddir, oldname, newdir, newname, 0)
 }
 
-func lchownAt(dir int, name string, uid, gid int) error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	return unix.Fchownat(dir, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
-}
-
 // procPath names an O_PATH fd so that calls without an fd variant
 // (chmod, utimens, xattrs) act on exactly that inode.
 func procPath(fd int) string {

@@ -172,12 +172,18 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
 	if n > 0 {
-		h.dirty, h.killed, h.truncOnly = true, false, false
+		h.changed()
 	}
 	if err != nil {
 		return uint32(max(n, 0)), h.errno(err)
 	}
 	return uint32(n), 0
+}
+
+// changed records a change made by the handle's user: pending, and
+// neither left by a killed process nor only the open's O_TRUNC.
+func (h *handle) changed() {
+	h.dirty, h.killed, h.truncOnly = true, false, false
 }
 
 // truncate is ftruncate on this handle: a change like a write.
@@ -191,7 +197,7 @@ func (h *handle) truncate(size uint64) error {
 	if err := unix.Ftruncate(int(h.stage.Fd()), int64(size)); err != nil {
 		return err
 	}
-	h.dirty, h.killed, h.truncOnly = true, false, false
+	h.changed()
 	return nil
 }
 
@@ -207,7 +213,7 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	if err := unix.Fallocate(int(h.stage.Fd()), mode, int64(off), int64(size)); err != nil {
 		return h.errno(err)
 	}
-	h.dirty, h.killed, h.truncOnly = true, false, false
+	h.changed()
 	return 0
 }
 

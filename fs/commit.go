@@ -46,22 +46,16 @@ func (h *handle) commit() error {
 var errUnlinked = errors.New("file has no name")
 
 // locate finds, under the file's lock, a name that still leads to the
-// backing inode the file's committed version is. A name that now leads
-// elsewhere was changed directly in BACKING: committing there would put
-// the writer's bytes in another file, so that is ESTALE.
+// backing inode the file's committed version is (no commit of it is in
+// progress, so findNamed sees no other). A name that now leads elsewhere
+// was changed directly in BACKING: committing there would put the
+// writer's bytes in another file, so that is ESTALE.
 func (n *Node) locate() (dir int, nm string, st unix.Stat_t, err error) {
-	names := n.f.nameList()
-	if len(names) == 0 {
+	if len(n.f.nameList()) == 0 {
 		return -1, "", st, errUnlinked
 	}
-	want := n.r.ids.keyOf(n.f)
-	for _, o := range names {
-		if dir, err = o.dir.dirFd(); err != nil {
-			continue
-		}
-		if st, err = statAt(dir, o.name); err == nil && keyOf(&st) == want {
-			return dir, o.name, st, nil
-		}
+	if dir, nm, st, ok := n.findNamed(); ok {
+		return dir, nm, st, nil
 	}
 	n.r.log.Warn("file changed outside the mount: not committed over it", zap.String("path", n.path()))
 	return -1, "", st, syscall.ESTALE

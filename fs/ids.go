@@ -105,13 +105,6 @@ func (t *ids) inoOf(k key) uint64 {
 	return k.ino
 }
 
-// keyOf returns the backing inode of f's committed version.
-func (t *ids) keyOf(f *file) key {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return f.key
-}
-
 // owns reports whether backing inode k is f: its committed version, or
 // the one a commit in progress is putting in place.
 func (t *ids) owns(f *file, k key) bool {

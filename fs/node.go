@@ -74,10 +74,15 @@ func (n *Node) path() string {
 	if !ok {
 		return "(unlinked)"
 	}
-	if nm.dir.isRoot() {
-		return nm.name
+	return nm.rel()
+}
+
+// rel is the name's path below the mount root.
+func (o name) rel() string {
+	if o.dir.isRoot() {
+		return o.name
 	}
-	return nm.dir.Path(nil) + "/" + nm.name
+	return o.dir.Path(nil) + "/" + o.name
 }
 
 // mountPaths is every path of f through the mount, as /proc shows the
@@ -85,11 +90,7 @@ func (n *Node) path() string {
 func (n *Node) mountPaths() []string {
 	var out []string
 	for _, o := range n.f.nameList() {
-		p := o.name
-		if !o.dir.isRoot() {
-			p = o.dir.Path(nil) + "/" + o.name
-		}
-		out = append(out, filepath.Join(n.r.mountpoint, p))
+		out = append(out, filepath.Join(n.r.mountpoint, o.rel()))
 	}
 	return out
 }
@@ -141,18 +142,27 @@ func (n *Node) stat() (unix.Stat_t, error) {
 // to it. A name racing a rename may already lead to the next file.
 func (n *Node) statNamed() (unix.Stat_t, error) {
 	for range staleTries { // see openCurrent
-		for _, o := range n.f.nameList() {
-			dir, err := o.dir.dirFd()
-			if err != nil {
-				continue
-			}
-			st, err := statAt(dir, o.name)
-			if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
-				return st, nil
-			}
+		if _, _, st, ok := n.findNamed(); ok {
+			return st, nil
 		}
 	}
 	return unix.Stat_t{}, syscall.ENOENT
+}
+
+// findNamed finds a name of f that leads to its committed version (or
+// the one a commit in progress is putting in place), and stats it.
+func (n *Node) findNamed() (dir int, nm string, st unix.Stat_t, ok bool) {
+	for _, o := range n.f.nameList() {
+		dir, err := o.dir.dirFd()
+		if err != nil {
+			continue
+		}
+		st, err := statAt(dir, o.name)
+		if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+			return dir, o.name, st, true
+		}
+	}
+	return -1, "", st, false
 }
 
 func fillAttr(a *fuse.Attr, st *unix.Stat_t, ino uint64) {

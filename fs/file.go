@@ -143,18 +143,12 @@ func (f *file) handleList() []*handle {
 }
 
 // statOpen describes a file that has no name left through one of its
-// open handles, a writer with pending changes first: that is what reads
-// of the unlinked file return.
+// open handles, the best ranked first (a writer with pending changes):
+// that is what reads of the unlinked file return.
 func (f *file) statOpen() (unix.Stat_t, bool) {
-	hs := f.handleList()
-	for _, pending := range []bool{true, false} {
-		for _, h := range hs {
-			if h.pending() != pending {
-				continue
-			}
-			if st, err := h.stat(); err == nil {
-				return st, true
-			}
+	for _, h := range f.ranked(0, 0) {
+		if st, err := h.stat(); err == nil {
+			return st, true
 		}
 	}
 	return unix.Stat_t{}, false
@@ -162,28 +156,43 @@ func (f *file) statOpen() (unix.Stat_t, bool) {
 
 // callerHandle picks the handle a stat or fstat from thread tid of
 // process tgid most likely means, as the kernel does not say which
-// descriptor: one the same thread opened, then the best ranked
-// (handle.rank), then the latest opened. nil if the process has none:
-// the stat then describes the committed version.
+// descriptor. nil if the process has none: the stat then describes the
+// committed version.
 func (f *file) callerHandle(tid, tgid uint32) *handle {
 	if tgid == 0 {
 		return nil
 	}
-	var best *handle
-	var bestScore [3]uint64
+	if hs := f.ranked(tid, tgid); len(hs) > 0 {
+		return hs[0]
+	}
+	return nil
+}
+
+// ranked returns f's handles opened by process tgid (0: all), most
+// likely meant first: one thread tid opened, then the best ranked
+// (handle.rank), then the latest opened.
+func (f *file) ranked(tid, tgid uint32) []*handle {
+	type scored struct {
+		h     *handle
+		score [3]uint64
+	}
+	var hs []scored
 	for _, h := range f.handleList() {
-		if h.tgid != tgid {
+		if tgid != 0 && h.tgid != tgid {
 			continue
 		}
-		score := [3]uint64{0, uint64(h.rank()), h.seq}
-		if h.tid == tid {
-			score[0] = 1
+		s := scored{h, [3]uint64{0, uint64(h.rank()), h.seq}}
+		if tid != 0 && h.tid == tid {
+			s.score[0] = 1
 		}
-		if best == nil || slices.Compare(score[:], bestScore[:]) > 0 {
-			best, bestScore = h, score
-		}
+		hs = append(hs, s)
 	}
-	return best
+	slices.SortFunc(hs, func(a, b scored) int { return slices.Compare(b.score[:], a.score[:]) })
+	out := make([]*handle, len(hs))
+	for i, s := range hs {
+		out[i] = s.h
+	}
+	return out
 }
 
 func (f *file) hasHandles() bool {

@@ -341,13 +341,6 @@ func (h *handle) rank() int {
 	return 1
 }
 
-// pending reports whether the handle holds a version of its own.
-func (h *handle) pending() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.stage != nil
-}
-
 // setBase replaces base, closing the old one unless it is first.
 func (h *handle) setBase(f *os.File, ver uint64) {
 	if h.base != h.first {

@@ -21,6 +21,14 @@ type Options struct {
 	KillCheck   bool          // a writer killed by a signal does not commit
 	Debug       bool          // FUSE request trace
 	Log         *zap.Logger   // nil: no logging
+	// MaxFilesPerUser caps the files one non-root uid may hold open
+	// through the mount (EMFILE beyond); 0: derived from the fd limit.
+	MaxFilesPerUser int
+	// RejectedMax and RejectedUserMax bound the bytes kept in rejected/,
+	// in all and per writing uid; once full, a failed commit's bytes are
+	// dropped (logged, counted) instead of kept. 0: the defaults.
+	RejectedMax     int64
+	RejectedUserMax int64
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.

@@ -12,6 +12,14 @@ type Stats struct {
 	Commits  int64 // pending versions published
 	Rejected int64 // commits that could not be made: bytes kept in rejected/
 	Killed   int64 // closes by writers killed by a signal: not committed
+	// Dropped: rejected commits whose bytes were not kept because
+	// rejected/ was full (RejectedMax, RejectedUserMax).
+	Dropped int64
+	// TooManyFiles: opens refused with EMFILE (MaxFilesPerUser).
+	TooManyFiles int64
+	// NoSpace: writes of non-root callers refused at the free space
+	// they may use (statfs f_bavail).
+	NoSpace int64
 }
 
 type counters struct {

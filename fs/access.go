@@ -55,3 +55,17 @@ func inGroup(c *fuse.Caller, gid uint32) bool {
 	}
 	return false
 }
+
+// capSysAdmin is CAP_SYS_ADMIN's bit (include/uapi/linux/capability.h).
+const capSysAdmin = 21
+
+// callerHasCap reports whether the caller's thread has capability bit
+// in its effective set (CapEff in /proc/<tid>/status).
+func callerHasCap(ctx context.Context, bit uint) bool {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	eff, err := strconv.ParseUint(procStatus(c.Pid&^noFh, "CapEff"), 16, 64)
+	return err == nil && eff&(1<<bit) != 0
+}

@@ -149,6 +149,16 @@ func readlinkAt(dir int, name string) (string, error) {
 	return string(buf[:n]), nil
 }
 
+// readlinkFd reads the symlink that an O_PATH|O_NOFOLLOW fd is.
+func readlinkFd(fd int) (string, error) {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(fd, "", buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
 func unlinkAt(dir int, name string, flags int) error {
 	if err := checkName(name); err != nil {
 		return err

@@ -49,34 +49,31 @@ var errUnlinked = errors.New("file has no name")
 // backing inode the file's committed version is (no commit of it is in
 // progress, so findNamed sees no other). A name that now leads elsewhere
 // was changed directly in BACKING: committing there would put the
-// writer's bytes in another file, so that is ESTALE.
-func (n *Node) locate() (dir int, nm string, st unix.Stat_t, err error) {
+// writer's bytes in another file, so that is ESTALE; so is a directory
+// moved out of BACKING. The caller closes v.fd.
+func (n *Node) locate() (v named, err error) {
 	if len(n.f.nameList()) == 0 {
-		return -1, "", st, errUnlinked
+		return v, errUnlinked
 	}
-	if dir, nm, st, ok := n.findNamed(); ok {
-		return dir, nm, st, nil
+	v, ok := n.findNamed()
+	if !ok {
+		n.r.log.Warn("file changed outside the mount: not committed over it", zap.String("path", logPath(n.path())))
+		return v, syscall.ESTALE
 	}
-	n.r.log.Warn("file changed outside the mount: not committed over it", zap.String("path", n.path()))
-	return -1, "", st, syscall.ESTALE
+	if _, err := v.in.writeDir(); err != nil {
+		unix.Close(v.fd)
+		return v, err
+	}
+	return v, nil
 }
 
-// openLocated opens the located name and checks it is still the same
-// inode, for commits that write into the target.
-func (n *Node) openLocated(dir int, nm string, want *unix.Stat_t, flags int) (*os.File, unix.Stat_t, error) {
-	f, err := openRegular(dir, nm, flags)
+// reopen opens the located version itself (not its name) for writing.
+func (v named) reopen(flags int) (*os.File, error) {
+	fd, err := unix.Open(procPath(v.fd), flags|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, unix.Stat_t{}, err
+		return nil, err
 	}
-	st, err := fstat(int(f.Fd()))
-	if err == nil && keyOf(&st) != keyOf(want) {
-		err = syscall.ESTALE
-	}
-	if err != nil {
-		f.Close()
-		return nil, st, err
-	}
-	return f, st, nil
+	return os.NewFile(uintptr(fd), v.nm), nil
 }
 
 // reject keeps the pending bytes of a commit that could not be made in
@@ -107,7 +104,7 @@ func (h *handle) reject(why error) error {
 // name, in place (with an undo copy) when it has several, so hard links
 // stay one file.
 func (h *handle) commitWhole(g *lockmgr.Grant) error {
-	dir, nm, st, err := h.n.locate()
+	v, err := h.n.locate()
 	if errors.Is(err, errUnlinked) {
 		h.dirty = false
 		return nil
@@ -115,15 +112,16 @@ func (h *handle) commitWhole(g *lockmgr.Grant) error {
 	if err != nil {
 		return err
 	}
-	if st.Nlink > 1 {
-		return h.commitInPlace(g, dir, nm, &st)
+	defer unix.Close(v.fd)
+	if v.st.Nlink > 1 {
+		return h.commitInPlace(g, v)
 	}
-	return h.commitReplace(g, dir, nm, &st)
+	return h.commitReplace(g, v)
 }
 
-func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.Stat_t) error {
+func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 	r := h.n.r
-	if err := h.carryMeta(old, dir, nm); err != nil {
+	if err := h.carryMeta(v); err != nil {
 		return err
 	}
 	if r.opts.Durable {
@@ -146,7 +144,7 @@ func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.S
 	}
 	r.crash("replace-before-rename")
 	r.ids.alias(h.n.f, keyOf(&st))
-	if err := renameAt(r.stagingfd, h.stageNm, dir, nm, 0); err != nil {
+	if err := renameAt(r.stagingfd, h.stageNm, v.dir, v.nm, 0); err != nil {
 		r.ids.unalias(h.n.f, keyOf(&st))
 		return err
 	}
@@ -157,7 +155,7 @@ func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.S
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	r.crash("replace-after-rename")
 	if r.opts.Durable {
-		if err := fsyncDir(dir); err != nil {
+		if err := fsyncDir(v.dir); err != nil {
 			return fmt.Errorf("fsync directory: %w", err)
 		}
 	}
@@ -165,13 +163,17 @@ func (h *handle) commitReplace(g *lockmgr.Grant, dir int, nm string, old *unix.S
 	return e.Commit()
 }
 
-func (h *handle) commitInPlace(g *lockmgr.Grant, dir int, nm string, want *unix.Stat_t) error {
+func (h *handle) commitInPlace(g *lockmgr.Grant, v named) error {
 	r := h.n.r
-	target, st, err := h.n.openLocated(dir, nm, want, unix.O_RDWR)
+	target, err := v.reopen(unix.O_RDWR)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
+	st, err := fstat(int(target.Fd()))
+	if err != nil {
+		return err
+	}
 	undo, undoNm, err := newTemp(r.undofd)
 	if err != nil {
 		return err
@@ -247,7 +249,7 @@ func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 
 func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	r := h.n.r
-	dir, nm, want, err := h.n.locate()
+	v, err := h.n.locate()
 	if errors.Is(err, errUnlinked) {
 		h.dirty = false
 		return nil
@@ -255,11 +257,16 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	if err != nil {
 		return err
 	}
-	target, st, err := h.n.openLocated(dir, nm, &want, unix.O_WRONLY)
+	defer unix.Close(v.fd)
+	target, err := v.reopen(unix.O_WRONLY)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
+	st, err := fstat(int(target.Fd()))
+	if err != nil {
+		return err
+	}
 	fd := int(target.Fd())
 	ps, err := fstat(int(h.stage.Fd()))
 	if err != nil {

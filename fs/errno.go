@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 
@@ -32,4 +33,14 @@ func toErrno(log *zap.Logger, path string, err error) syscall.Errno {
 	}
 	log.Error("unexpected error", zap.String("path", path), zap.Error(err))
 	return syscall.EIO
+}
+
+// logPath shortens a path for a log line: a path may be 64 KiB long, and
+// a flood of failures on it must not flood the log.
+func logPath(p string) string {
+	const head, tail = 64, 192
+	if len(p) <= head+tail+32 {
+		return p
+	}
+	return p[:head] + fmt.Sprintf("...(%d bytes)...", len(p)) + p[len(p)-tail:]
 }

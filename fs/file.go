@@ -201,17 +201,6 @@ func (f *file) hasHandles() bool {
 	return len(f.handles) > 0
 }
 
-// withOpen runs fn on the open fd of one of f's handles. It holds f.mu,
-// so the handle cannot be released meanwhile.
-func (f *file) withOpen(fn func(fd int) error) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for h := range f.handles {
-		return fn(int(h.first.Fd()))
-	}
-	return unix.ENOENT
-}
-
 // named reports whether f may be the file now at dir/nm, whose backing
 // identity is k: f already has that name, still has another name that
 // leads to k (a hard link), has no name yet, or is open. Names that no

@@ -136,3 +136,10 @@ func (t *ids) known(k key) bool {
 	defer t.mu.Unlock()
 	return t.byKey[k] != nil
 }
+
+// current returns the backing inode of f's committed version.
+func (t *ids) current(f *file) key {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return f.key
+}

@@ -24,7 +24,8 @@ func (h *handle) keptMode(mode uint32) uint32 {
 
 // carryMeta gives the staging file the owner, group, mode and extended
 // attributes (ACLs among them) of the version it replaces.
-func (h *handle) carryMeta(old *unix.Stat_t, dir int, nm string) error {
+func (h *handle) carryMeta(v named) error {
+	old := &v.st
 	fd := int(h.stage.Fd())
 	if err := unix.Fchown(fd, int(old.Uid), int(old.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
 		return err
@@ -33,9 +34,7 @@ func (h *handle) carryMeta(old *unix.Stat_t, dir int, nm string) error {
 	if err := unix.Fchmod(fd, h.keptMode(old.Mode)); err != nil {
 		return err
 	}
-	return withPath(dir, nm, func(src int) error {
-		return copyXattrs(procPath(src), fd, h.uid == 0)
-	})
+	return copyXattrs(procPath(v.fd), fd, h.uid == 0)
 }
 
 // copyXattrs copies every extended attribute of the file at path onto

@@ -30,8 +30,10 @@ func (n *Node) isRoot() bool { return n.f == n.r.top }
 
 func (n *Node) isDir() bool { return n.f.kind == unix.S_IFDIR }
 
-// dirFd returns the directory's O_PATH fd. It follows the directory
-// through renames, so names built under it cannot go astray.
+// dirFd returns the directory's O_PATH fd, opened on first use through a
+// name that still leads to it. It follows the directory through renames,
+// so names built under it cannot go astray; writes check with writeDir
+// that it has not left BACKING.
 func (n *Node) dirFd() (int, error) {
 	if n.isRoot() {
 		return n.r.rootfd, nil
@@ -41,26 +43,12 @@ func (n *Node) dirFd() (int, error) {
 	if n.dirfd >= 0 {
 		return n.dirfd, nil
 	}
-	pfd, nm, err := n.where()
-	if err != nil {
-		return -1, err
-	}
-	fd, err := openDir(pfd, nm)
+	fd, err := n.openSelf()
 	if err != nil {
 		return -1, err
 	}
 	n.dirfd = fd
 	return fd, nil
-}
-
-// where returns a directory fd and name under which f is found now.
-func (n *Node) where() (int, string, error) {
-	nm, ok := n.f.anyName()
-	if !ok {
-		return -1, "", syscall.ENOENT
-	}
-	fd, err := nm.dir.dirFd()
-	return fd, nm.name, err
 }
 
 // path is the path below the mount root, for logs and the journal. It
@@ -142,27 +130,43 @@ func (n *Node) stat() (unix.Stat_t, error) {
 // to it. A name racing a rename may already lead to the next file.
 func (n *Node) statNamed() (unix.Stat_t, error) {
 	for range staleTries { // see openCurrent
-		if _, _, st, ok := n.findNamed(); ok {
-			return st, nil
+		if v, ok := n.findNamed(); ok {
+			unix.Close(v.fd)
+			return v.st, nil
 		}
 	}
 	return unix.Stat_t{}, syscall.ENOENT
 }
 
+// named is a name of a logical file checked to lead to its version.
+type named struct {
+	fd  int   // O_PATH fd of the version; the caller closes it
+	in  *Node // the name's directory
+	dir int   // its fd
+	nm  string
+	st  unix.Stat_t
+}
+
 // findNamed finds a name of f that leads to its committed version (or
-// the one a commit in progress is putting in place), and stats it.
-func (n *Node) findNamed() (dir int, nm string, st unix.Stat_t, ok bool) {
+// the one a commit in progress is putting in place) and opens it O_PATH:
+// what the fd names cannot change any more, whatever happens to the name.
+func (n *Node) findNamed() (named, bool) {
 	for _, o := range n.f.nameList() {
 		dir, err := o.dir.dirFd()
 		if err != nil {
 			continue
 		}
-		st, err := statAt(dir, o.name)
-		if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
-			return dir, o.name, st, true
+		fd, err := openAt(dir, o.name, unix.O_PATH, 0)
+		if err != nil {
+			continue
 		}
+		st, err := fstat(fd)
+		if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+			return named{fd: fd, in: o.dir, dir: dir, nm: o.name, st: st}, true
+		}
+		unix.Close(fd)
 	}
-	return -1, "", st, false
+	return named{}, false
 }
 
 func fillAttr(a *fuse.Attr, st *unix.Stat_t, ino uint64) {
@@ -288,11 +292,11 @@ func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	dir, nm, err := n.where()
-	if err != nil {
-		return nil, n.errno(err)
-	}
-	s, err := readlinkAt(dir, nm)
+	var s string
+	err := n.withSelf(func(fd int) (err error) {
+		s, err = readlinkFd(fd)
+		return err
+	})
 	if err != nil {
 		return nil, n.errno(err)
 	}

@@ -2,32 +2,13 @@ package fs
 
 import (
 	"context"
-	"errors"
+	"strings"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
-
-// withSelf runs fn on an O_PATH fd of the current version of n.
-func (n *Node) withSelf(fn func(fd int) error) error {
-	if n.isDir() {
-		fd, err := n.dirFd()
-		if err != nil {
-			return err
-		}
-		return fn(fd)
-	}
-	dir, nm, err := n.where()
-	if errors.Is(err, syscall.ENOENT) {
-		return n.f.withOpen(fn) // unlinked but open
-	}
-	if err != nil {
-		return err
-	}
-	return withPath(dir, nm, fn)
-}
 
 func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	h, _ := fh.(*handle)
@@ -37,7 +18,10 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		}
 	}
 	if hasMeta(in) {
-		if err := n.withSelf(func(fd int) error { return setMeta(procPath(fd), in) }); err != nil {
+		err := n.locked(func() error {
+			return n.withSelf(func(fd int) error { return setMeta(procPath(fd), in) })
+		})
+		if err != nil {
 			return n.errno(err)
 		}
 		// futimens comes without a file handle: pending versions take
@@ -149,23 +133,57 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return uint32(max(sz, 0)), n.errno(err)
 }
 
+// Listxattr lists what the caller could list on BACKING itself: the
+// trusted.* names only to a caller with CAP_SYS_ADMIN, as ext4 does (the
+// daemon, as root, sees them all).
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	var sz int
+	var names []string
 	err := n.withSelf(func(fd int) (err error) {
-		sz, err = unix.Listxattr(procPath(fd), dest)
+		names, err = listXattr(procPath(fd))
 		return err
 	})
-	return uint32(max(sz, 0)), n.errno(err)
+	if err != nil {
+		return 0, n.errno(err)
+	}
+	admin := callerHasCap(ctx, capSysAdmin)
+	var list []byte
+	for _, a := range names {
+		if admin || !strings.HasPrefix(a, "trusted.") {
+			list = append(append(list, a...), 0)
+		}
+	}
+	if len(dest) == 0 {
+		return uint32(len(list)), 0
+	}
+	if len(list) > len(dest) {
+		return 0, syscall.ERANGE
+	}
+	return uint32(copy(dest, list)), 0
 }
 
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return n.errno(n.withSelf(func(fd int) error {
-		return unix.Setxattr(procPath(fd), attr, data, int(flags))
+	return n.errno(n.locked(func() error {
+		return n.withSelf(func(fd int) error {
+			return unix.Setxattr(procPath(fd), attr, data, int(flags))
+		})
 	}))
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return n.errno(n.withSelf(func(fd int) error {
-		return unix.Removexattr(procPath(fd), attr)
+	return n.errno(n.locked(func() error {
+		return n.withSelf(func(fd int) error {
+			return unix.Removexattr(procPath(fd), attr)
+		})
 	}))
+}
+
+// locked runs fn under n's commit lock, so that a change of metadata
+// lands on the version in place, not on one a commit is replacing.
+func (n *Node) locked(fn func() error) error {
+	release, err := n.lockChildren(n)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return fn()
 }

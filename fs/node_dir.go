@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"os"
 	"syscall"
 
@@ -18,7 +17,7 @@ func (n *Node) newEntry(ctx context.Context, nm string, out *fuse.EntryOut, make
 	if n.hidden(nm) {
 		return nil, syscall.EPERM
 	}
-	dir, err := n.dirFd()
+	dir, err := n.writeDir()
 	if err != nil {
 		return nil, n.errno(err)
 	}
@@ -76,16 +75,15 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 		return nil, syscall.EPERM
 	}
 	t := target.(*Node)
-	dir, err := n.dirFd()
+	dir, err := n.writeDir()
 	if err != nil {
 		return nil, n.errno(err)
 	}
-	tdir, tnm, err := t.where()
-	switch {
-	case errors.Is(err, syscall.ENOENT):
+	if len(t.f.nameList()) == 0 {
 		err = n.linkPrivate(t, dir, nm) // an O_TMPFILE file
-	case err == nil:
-		err = linkAt(tdir, tnm, dir, nm)
+	} else {
+		// The file itself, by fd: never what its name leads to now.
+		err = t.withSelf(func(fd int) error { return linkFd(fd, dir, nm) })
 	}
 	if err != nil {
 		return nil, n.errno(err)
@@ -135,7 +133,7 @@ func (n *Node) remove(nm string, flags int) syscall.Errno {
 		return n.errno(err)
 	}
 	defer release()
-	dir, err := n.dirFd()
+	dir, err := n.writeDir()
 	if err != nil {
 		return n.errno(err)
 	}
@@ -192,11 +190,11 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 		return n.errno(err)
 	}
 	defer release()
-	odir, err := n.dirFd()
+	odir, err := n.writeDir()
 	if err != nil {
 		return n.errno(err)
 	}
-	ndir, err := np.dirFd()
+	ndir, err := np.writeDir()
 	if err != nil {
 		return n.errno(err)
 	}

@@ -142,7 +142,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	if n.hidden(nm) {
 		return nil, nil, 0, syscall.EPERM
 	}
-	dir, err := n.dirFd()
+	dir, err := n.writeDir()
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}

@@ -17,7 +17,7 @@ func (n *Node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	if n.r.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
-	dir, err := n.dirFd()
+	dir, err := n.writeDir()
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}

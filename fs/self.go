@@ -1,0 +1,127 @@
+package fs
+
+import (
+	"errors"
+	"syscall"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// A request about an existing file must act on that file: the backing
+// inode the caller's inode stands for. A name can be renamed over
+// directly in BACKING at any moment, so no call acts on a name without
+// first checking, on an fd, that the name still leads to the file.
+
+// openSelf opens an O_PATH fd of n's current version: through a name
+// that still leads to it, else through a descriptor of it held by an open
+// handle or the ghost (the file was renamed away directly in BACKING, or
+// unlinked while open). ESTALE if nothing leads to it any more: for a
+// request by path the kernel then looks the name up again.
+func (n *Node) openSelf() (int, error) {
+	for range staleTries { // see openCurrent
+		if v, ok := n.findNamed(); ok {
+			return v.fd, nil
+		}
+	}
+	if fd, ok := n.f.dupVersion(n.r.ids.current(n.f)); ok {
+		return fd, nil
+	}
+	return -1, syscall.ESTALE
+}
+
+// withSelf runs fn on an O_PATH fd of n's current version (see openSelf).
+func (n *Node) withSelf(fn func(fd int) error) error {
+	if n.isDir() {
+		fd, err := n.dirFd()
+		if err != nil {
+			return err
+		}
+		return fn(fd)
+	}
+	fd, err := n.openSelf()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return fn(fd)
+}
+
+// dupVersion returns a duplicate of a descriptor of backing inode k held
+// by f: the version one of its handles opened, or its ghost. Only f.mu is
+// taken (a handle's first fd stays open while it is listed), never h.mu,
+// which a commit holds while it waits for the lock its caller may hold.
+func (f *file) dupVersion(k key) (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for h := range f.handles {
+		if fd, ok := dupIfKey(int(h.first.Fd()), k); ok {
+			return fd, true
+		}
+	}
+	return dupIfKey(f.ghost, k)
+}
+
+func dupIfKey(fd int, k key) (int, bool) {
+	if fd < 0 {
+		return -1, false
+	}
+	if st, err := fstat(fd); err != nil || keyOf(&st) != k {
+		return -1, false
+	}
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	return d, err == nil
+}
+
+// maxDepth bounds the walk up from a directory to BACKING's top.
+const maxDepth = 1 << 16
+
+// errLeft: a directory was moved out of BACKING directly.
+var errLeft = errors.New("directory is no longer inside the backing directory")
+
+// writeDir returns n's directory fd for a request that creates, removes
+// or renames in it, or commits into it. A directory moved out of BACKING
+// directly keeps its fd: writing through it would create files outside
+// BACKING, so that is ESTALE (the kernel looks the path up again).
+func (n *Node) writeDir() (int, error) {
+	fd, err := n.dirFd()
+	if err != nil || n.isRoot() {
+		return fd, err
+	}
+	if err := n.r.inside(fd); err != nil {
+		n.r.log.Warn("not written through: "+errLeft.Error(), zap.String("path", logPath(n.path())), zap.Error(err))
+		return -1, syscall.ESTALE
+	}
+	return fd, nil
+}
+
+// inside walks up the ".." chain of directory fd until BACKING's top
+// (inside) or the root of the file system tree (outside).
+func (r *root) inside(fd int) error {
+	cur := fd
+	defer func() { closeIf(cur, fd) }()
+	st, err := fstat(cur)
+	if err != nil {
+		return err
+	}
+	for range maxDepth {
+		if keyOf(&st) == r.top.key {
+			return nil
+		}
+		up, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		closeIf(cur, fd)
+		cur = up
+		parent, err := fstat(up)
+		if err != nil {
+			return err
+		}
+		if keyOf(&parent) == keyOf(&st) {
+			return errLeft // "/" is its own parent
+		}
+		st = parent
+	}
+	return errLeft
+}

@@ -34,7 +34,7 @@ type state struct {
 	unlock func()
 }
 
-// open takes BACKING's lock and opens the internal directory.
+// open checks and opens the internal directory and takes BACKING's lock.
 func open(backing string, o Options) (*state, error) {
 	log := o.Log
 	if log == nil {
@@ -48,13 +48,13 @@ func open(backing string, o Options) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open backing %s: %w", abs, err)
 	}
-	r := &root{rootfd: rootfd, opts: o, log: log, ids: newIDs(), crashAt: os.Getenv("SAFEFS_CRASH_AT"),
-		internalPath: filepath.Join(abs, InternalDir)}
+	r := &root{rootfd: rootfd, stagingfd: -1, undofd: -1, rejectedfd: -1, opts: o, log: log, ids: newIDs(),
+		crashAt: os.Getenv("SAFEFS_CRASH_AT"), internalPath: filepath.Join(abs, InternalDir)}
 	if err := r.openInternal(); err != nil {
 		r.closeFds()
-		return nil, err
+		return nil, fmt.Errorf("internal directory: %w", err)
 	}
-	unlock, err := journal.Lock(r.internalPath)
+	unlock, err := journal.Lock(r.internal)
 	if err != nil {
 		r.closeFds()
 		if errors.Is(err, journal.ErrLocked) {
@@ -65,45 +65,9 @@ func open(backing string, o Options) (*state, error) {
 	return &state{r: r, unlock: unlock}, nil
 }
 
-// openInternal creates (0700) and opens the internal directories.
-func (r *root) openInternal() error {
-	var err error
-	if r.internalfd, err = ensureDir(r.rootfd, InternalDir); err != nil {
-		return fmt.Errorf("internal directory: %w", err)
-	}
-	for _, d := range []struct {
-		fd   *int
-		name string
-	}{{&r.stagingfd, journal.StagingDir}, {&r.undofd, journal.UndoDir}, {&r.rejectedfd, journal.RejectedDir}} {
-		if *d.fd, err = ensureDir(r.internalfd, d.name); err != nil {
-			return fmt.Errorf("internal directory %s: %w", d.name, err)
-		}
-	}
-	return nil
-}
-
-// ensureDir makes dir/name a 0700 directory and opens it.
-func ensureDir(dir int, name string) (int, error) {
-	if err := mkdirAt(dir, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-		return -1, err
-	}
-	fd, err := openDir(dir, name)
-	if err != nil {
-		return -1, err
-	}
-	if err := unix.Chmod(procPath(fd), 0o700); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
-
 func (r *root) closeFds() {
-	for _, fd := range []int{r.stagingfd, r.undofd, r.rejectedfd, r.internalfd, r.rootfd} {
-		if fd > 0 {
-			unix.Close(fd)
-		}
-	}
+	r.closeInternal()
+	closeFd(r.rootfd)
 }
 
 func (s *state) close() {
@@ -118,7 +82,7 @@ func Recover(backing string, o Options) (journal.Summary, error) {
 		return journal.Summary{}, err
 	}
 	defer s.close()
-	return journal.Recover(s.r.internalPath, targets{s.r.rootfd}, s.r.log)
+	return journal.Recover(s.r.internal, targets{s.r.rootfd}, s.r.log)
 }
 
 // Mount takes the backing directory's lock, recovers any cut-off commit,
@@ -139,12 +103,12 @@ func Mount(backing, mountpoint string, o Options) (*Server, error) {
 
 func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	r := s.r
-	if _, err := journal.Recover(r.internalPath, targets{r.rootfd}, r.log); err != nil {
+	if _, err := journal.Recover(r.internal, targets{r.rootfd}, r.log); err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
 	r.reportRejected()
 	var err error
-	if r.jr, err = journal.Open(r.internalPath, r.opts.Durable, r.log); err != nil {
+	if r.jr, err = journal.Open(r.internal, r.opts.Durable, r.log); err != nil {
 		return nil, err
 	}
 	r.locks = lockmgr.New(lockmgr.Options{Timeout: r.opts.LockTimeout, MaxWaiters: r.opts.MaxWaiters})

@@ -16,13 +16,12 @@ import (
 
 // root is the state of one mount.
 type root struct {
-	rootfd     int // BACKING, O_PATH
-	internalfd int // BACKING/.safefs
-	stagingfd  int
+	rootfd     int      // BACKING, O_PATH
+	internal   *os.File // BACKING/.safefs, checked to be the daemon's own
+	stagingfd  int      // its parts, O_PATH
 	undofd     int
 	rejectedfd int
-	// internalPath is for the journal package, which opens its parts
-	// with O_NOFOLLOW; the fds above were opened the same way.
+	// internalPath is for messages: everything in it is reached by fd.
 	internalPath string
 	mountpoint   string // absolute
 

@@ -59,6 +59,16 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// dir opens INTERNAL as the daemon does, closed at the end of the test.
+func (e *env) dir() *os.File { return openDir(e.t, e.internal) }
+
+func openDir(t *testing.T, p string) *os.File {
+	d, err := os.Open(p)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 func (e *env) path(rel string) string { return filepath.Join(e.backing, rel) }
 
 func (e *env) write(rel, data string) {
@@ -87,7 +97,7 @@ func (e *env) devIno(rel string) (uint64, uint64) {
 // begin logs records as cut-off commits: the journal is closed without
 // Close, as a crash would leave it.
 func (e *env) begin(recs ...Record) []Record {
-	j, err := Open(e.internal, true, zaptest.NewLogger(e.t))
+	j, err := Open(e.dir(), true, zaptest.NewLogger(e.t))
 	require.NoError(e.t, err)
 	var out []Record
 	for _, r := range recs {
@@ -118,7 +128,7 @@ func (e *env) inplaceRec(rel, undo string) Record {
 }
 
 func (e *env) recover() Summary {
-	s, err := Recover(e.internal, e.targets, zaptest.NewLogger(e.t))
+	s, err := Recover(e.dir(), e.targets, zaptest.NewLogger(e.t))
 	require.NoError(e.t, err)
 	return s
 }

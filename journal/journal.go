@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -22,19 +23,32 @@ var ErrClosed = errors.New("journal: closed")
 // ErrFinished is returned by Commit on an Entry already committed or aborted.
 var ErrFinished = errors.New("journal: entry already finished")
 
-const journalName = "journal"
+const (
+	journalName = "journal"
+	compactName = "journal.new" // the next journal while it is written
+)
+
+// CompactAt is the size past which the journal is rewritten with only the
+// records still open: while mounted it would otherwise only grow.
+var CompactAt int64 = 4 << 20
 
 // Journal appends commit records to INTERNAL/journal. Safe for concurrent use.
 type Journal struct {
-	f       *os.File
+	dir     *os.File // INTERNAL
 	durable bool
 	log     *zap.Logger
 
 	mu     sync.Mutex // guards the fields below and the order of lines
+	f      *os.File
+	size   int64
 	lastID uint64
-	open   int // entries whose end line is not yet durable
+	live   map[uint64][]byte // lines of the entries not finished yet
+	open   int               // entries whose end line is not yet durable
 	closed bool
 	torn   bool // a failed write may have left a partial line
+	// syncing is held (read) by an fsync of f in progress: compaction
+	// closes the old f only once none is.
+	syncing sync.RWMutex
 }
 
 // Entry is one commit logged by Begin.
@@ -44,26 +58,35 @@ type Entry struct {
 	done bool // guarded by j.mu
 }
 
-// Open opens or creates INTERNAL/journal. IDs continue after those in it.
-// Recover should run first: Open does not settle cut-off records.
-func Open(internalDir string, durable bool, log *zap.Logger) (*Journal, error) {
+// Open opens or creates the journal in dir, the internal directory the
+// caller opened and checked. IDs continue after those in it. Recover
+// should run first: Open does not settle cut-off records.
+func Open(dir *os.File, durable bool, log *zap.Logger) (*Journal, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	f, err := os.OpenFile(filepath.Join(internalDir, journalName),
-		os.O_RDWR|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := openIn(dir, journalName, unix.O_RDWR|unix.O_CREAT|unix.O_APPEND)
 	if err != nil {
 		return nil, err
 	}
-	j := &Journal{f: f, durable: durable, log: log}
-	if err := j.load(internalDir); err != nil {
+	j := &Journal{dir: dir, f: f, durable: durable, log: log, live: map[uint64][]byte{}}
+	if err := j.load(); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return j, nil
 }
 
-func (j *Journal) load(internalDir string) error {
+// openIn opens name in dir, never through a symlink, 0600.
+func openIn(dir *os.File, name string, flags int) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), name)), nil
+}
+
+func (j *Journal) load() error {
 	fi, err := j.f.Stat()
 	if err != nil {
 		return err
@@ -75,13 +98,13 @@ func (j *Journal) load(internalDir string) error {
 	if err != nil {
 		return err
 	}
-	j.lastID = s.maxID
+	j.lastID, j.size = s.maxID, fi.Size()
 	if err := j.endTornLine(fi.Size()); err != nil {
 		return err
 	}
 	if j.durable {
 		// The name of a just-created journal must survive a crash too.
-		return syncPath(internalDir)
+		return j.dir.Sync()
 	}
 	return nil
 }
@@ -99,7 +122,8 @@ func (j *Journal) endTornLine(size int64) error {
 	if last[0] == '\n' {
 		return nil
 	}
-	_, err := j.f.Write([]byte("\n"))
+	n, err := j.f.Write([]byte("\n"))
+	j.size += int64(n)
 	return err
 }
 
@@ -116,9 +140,13 @@ func (j *Journal) Begin(r Record) (*Entry, error) {
 	}
 	j.lastID++
 	r.ID = j.lastID
-	err := j.writeLine(r)
+	b, err := encodeLine(r)
+	if err == nil {
+		err = j.writeLine(b)
+	}
 	if err == nil {
 		j.open++
+		j.live[r.ID] = b
 	}
 	j.mu.Unlock()
 	if err == nil {
@@ -158,7 +186,7 @@ func (j *Journal) finish(e *Entry, aborted bool) error {
 	e.done = true
 	err := ErrClosed
 	if !j.closed {
-		err = j.writeLine(endRecord{End: e.rec.ID, Aborted: aborted})
+		err = j.writeEnd(e.rec.ID, aborted)
 	}
 	j.mu.Unlock()
 	if err == nil {
@@ -173,29 +201,102 @@ func (j *Journal) finish(e *Entry, aborted bool) error {
 	return nil
 }
 
-// writeLine appends one line with a single write(2). Caller holds j.mu.
-func (j *Journal) writeLine(v any) error {
-	b, err := encodeLine(v)
+// writeEnd logs the end of entry id, then compacts the journal if it has
+// grown past CompactAt. Caller holds j.mu.
+func (j *Journal) writeEnd(id uint64, aborted bool) error {
+	b, err := encodeLine(endRecord{End: id, Aborted: aborted})
+	if err == nil {
+		err = j.writeLine(b)
+	}
 	if err != nil {
 		return err
 	}
+	delete(j.live, id)
+	if j.size > CompactAt {
+		if err := j.compact(); err != nil {
+			// The old journal stays in use and is still right.
+			j.log.Warn("journal: compaction failed", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// writeLine appends one line with a single write(2). Caller holds j.mu.
+func (j *Journal) writeLine(b []byte) error {
 	if j.torn {
 		// End the partial line a failed write left, so this one reads.
 		b = append([]byte{'\n'}, b...)
 	}
 	n, err := j.f.Write(b)
+	j.size += int64(n)
 	if err == nil || n > 0 {
 		j.torn = err != nil
 	}
 	return err
 }
 
-// sync runs without j.mu so concurrent commits share the disk's time.
+// compact replaces the journal with one holding only the lines of the
+// entries not finished yet: written and made durable under another name,
+// then renamed over the journal. A crash at any point leaves one whole
+// journal that says at least what the old one said about open entries.
+// Caller holds j.mu.
+func (j *Journal) compact() error {
+	ids := make([]uint64, 0, len(j.live))
+	for id := range j.live {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // recovery wants records in ID order
+	var buf []byte
+	for _, id := range ids {
+		buf = append(buf, j.live[id]...)
+	}
+	nf, err := openIn(j.dir, compactName, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_APPEND)
+	if err != nil {
+		return err
+	}
+	if err := j.replaceWith(nf, buf); err != nil {
+		nf.Close()
+		_ = unix.Unlinkat(int(j.dir.Fd()), compactName, 0)
+		return err
+	}
+	j.syncing.Lock() // no fsync of the old file in progress
+	old := j.f
+	j.f, j.size, j.torn = nf, int64(len(buf)), false
+	j.syncing.Unlock()
+	return old.Close()
+}
+
+func (j *Journal) replaceWith(nf *os.File, buf []byte) error {
+	if _, err := nf.Write(buf); err != nil {
+		return err
+	}
+	if j.durable {
+		if err := nf.Sync(); err != nil {
+			return err
+		}
+	}
+	d := int(j.dir.Fd())
+	if err := unix.Renameat(d, compactName, d, journalName); err != nil {
+		return err
+	}
+	if j.durable {
+		return j.dir.Sync()
+	}
+	return nil
+}
+
+// sync runs without j.mu so concurrent commits share the disk's time. A
+// compaction meanwhile made every open entry durable in the new file.
 func (j *Journal) sync() error {
 	if !j.durable {
 		return nil
 	}
-	return j.f.Sync()
+	j.mu.Lock()
+	f := j.f
+	j.syncing.RLock()
+	j.mu.Unlock()
+	defer j.syncing.RUnlock()
+	return f.Sync()
 }
 
 // Close closes the journal. With no entry open it is a clean shutdown:
@@ -207,22 +308,14 @@ func (j *Journal) Close() error {
 		return nil
 	}
 	j.closed = true
+	j.syncing.Lock() // no fsync in progress
+	defer j.syncing.Unlock()
 	var err error
 	if j.open == 0 {
 		err = j.f.Truncate(0)
-		if err == nil {
-			err = j.sync()
+		if err == nil && j.durable {
+			err = j.f.Sync()
 		}
 	}
 	return errors.Join(err, j.f.Close())
-}
-
-// syncPath fsyncs a directory so the names created or removed in it last.
-func syncPath(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -34,7 +34,7 @@ func replaceRec(target, staging string) Record {
 
 func TestBeginCommitAbortLines(t *testing.T) {
 	e := newEnv(t)
-	j, err := Open(e.internal, true, zaptest.NewLogger(t))
+	j, err := Open(e.dir(), true, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	a, err := j.Begin(replaceRec("data/a", "s1"))
 	require.NoError(t, err)
@@ -59,7 +59,7 @@ func TestBeginCommitAbortLines(t *testing.T) {
 
 func TestAbortAfterCommitIsNoop(t *testing.T) {
 	e := newEnv(t)
-	j, err := Open(e.internal, false, nil)
+	j, err := Open(e.dir(), false, nil)
 	require.NoError(t, err)
 	en, err := j.Begin(replaceRec("a", "s"))
 	require.NoError(t, err)
@@ -73,7 +73,7 @@ func TestAbortAfterCommitIsNoop(t *testing.T) {
 
 func TestBeginRefusesInvalid(t *testing.T) {
 	e := newEnv(t)
-	j, err := Open(e.internal, false, nil)
+	j, err := Open(e.dir(), false, nil)
 	require.NoError(t, err)
 	_, err = j.Begin(replaceRec("../outside", "s"))
 	require.Error(t, err)
@@ -99,13 +99,13 @@ func TestOpenEndsTornLine(t *testing.T) {
 	s, err := scan(strings.NewReader(e.journalBytes()), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	assert.Equal(t, 1, s.refused)
-	require.Len(t, s.recs, 2)
-	assert.Equal(t, "b", s.recs[1].Target)
+	require.Len(t, s.cut(), 2)
+	assert.Equal(t, "b", s.cut()[1].Target)
 }
 
 func TestCloseTruncatesOnlyWhenIdle(t *testing.T) {
 	e := newEnv(t)
-	j, err := Open(e.internal, true, nil)
+	j, err := Open(e.dir(), true, nil)
 	require.NoError(t, err)
 	en, err := j.Begin(replaceRec("a", "s"))
 	require.NoError(t, err)
@@ -113,17 +113,19 @@ func TestCloseTruncatesOnlyWhenIdle(t *testing.T) {
 	require.NoError(t, j.Close())
 	assert.Empty(t, e.journalBytes())
 
-	j, err = Open(e.internal, true, nil)
+	j, err = Open(e.dir(), true, nil)
 	require.NoError(t, err)
 	_, err = j.Begin(replaceRec("a", "s"))
 	require.NoError(t, err)
 	require.NoError(t, j.Close())
-	assert.Len(t, lines(e.journalBytes()), 1, "an open entry keeps the journal")
+	ls := lines(e.journalBytes())
+	require.Len(t, ls, 1, "an open entry keeps the journal")
+	assert.JSONEq(t, `{"id":1,"kind":"replace","target":"a","staging":"s"}`, checkLine(t, ls[0]))
 }
 
 func TestConcurrentBegin(t *testing.T) {
 	e := newEnv(t)
-	j, err := Open(e.internal, false, zaptest.NewLogger(t))
+	j, err := Open(e.dir(), false, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	const workers, each = 16, 25
 	ids := make(chan uint64, workers*each)
@@ -152,8 +154,8 @@ func TestConcurrentBegin(t *testing.T) {
 	s, err := scan(strings.NewReader(e.journalBytes()), zaptest.NewLogger(t))
 	require.NoError(t, err)
 	assert.Zero(t, s.refused)
-	assert.Len(t, s.recs, workers*each)
-	assert.Len(t, s.ended, workers*each)
+	assert.Equal(t, workers*each, s.records)
+	assert.Empty(t, s.open, "every record ended")
 	assert.Equal(t, uint64(workers*each), s.maxID)
 	require.NoError(t, j.Close())
 }
@@ -242,13 +244,13 @@ func TestCRC(t *testing.T) {
 
 func TestLock(t *testing.T) {
 	dir := t.TempDir()
-	unlock, err := Lock(dir)
+	unlock, err := Lock(openDir(t, dir))
 	require.NoError(t, err)
-	_, err = Lock(dir)
+	_, err = Lock(openDir(t, dir))
 	require.ErrorIs(t, err, ErrLocked)
 	unlock()
 	unlock() // idempotent
-	unlock2, err := Lock(dir)
+	unlock2, err := Lock(openDir(t, dir))
 	require.NoError(t, err)
 	unlock2()
 	fi, err := os.Stat(filepath.Join(dir, "lock"))

@@ -3,11 +3,13 @@ package journal
 import (
 	"errors"
 	"os"
-	"path/filepath"
-	"sync"
+		"sync"
 
 	"golang.org/x/sys/unix"
 )
+
+// lockName is the file in INTERNAL that the serving safefs holds a flock on.
+const lockName = "lock"
 
 // ErrLocked means another safefs (or another open of the lock) holds INTERNAL.
 var ErrLocked = errors.New("journal: backing directory is locked by another safefs")
@@ -16,9 +18,8 @@ var ErrLocked = errors.New("journal: backing directory is locked by another safe
 // file description, so it also excludes a second Lock in the same process,
 // and the kernel drops it when the process dies: no stale locks. The lock
 // file is never removed, since removing it would let two holders coexist.
-func Lock(internalDir string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(internalDir, "lock"),
-		os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+func Lock(dir *os.File) (unlock func(), err error) {
+	f, err := openIn(dir, lockName, unix.O_RDWR|unix.O_CREAT)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ type Targets interface {
 type recovery struct {
 	t       Targets
 	log     *zap.Logger
-	dir     *os.File            // INTERNAL
+	dir     *os.File            // INTERNAL (the caller's)
 	journal *os.File            // nil: no journal (fresh)
 	sub     map[string]*os.File // StagingDir, UndoDir, RejectedDir; nil if missing
 	keep    map[string]bool     // undo files to leave in place this run
@@ -32,19 +32,16 @@ type recovery struct {
 }
 
 // Recover settles the commits a crash cut off, removes orphan staging and
-// undo files, and empties the journal. Every step is idempotent, so a
-// recovery that is itself cut off can simply run again. It fails only when
-// INTERNAL itself cannot be read or written; trouble with a target is
-// logged and counted in Summary.Refused.
-func Recover(internalDir string, t Targets, log *zap.Logger) (Summary, error) {
+// undo files, and empties the journal. dir is INTERNAL, opened and checked
+// by the caller (it must be the daemon's own: recovery trusts what is in
+// it). Every step is idempotent, so a recovery that is itself cut off can
+// simply run again. It fails only when INTERNAL itself cannot be read or
+// written; trouble with a target is logged and counted in Summary.Refused.
+func Recover(dir *os.File, t Targets, log *zap.Logger) (Summary, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	r, err := openRecovery(internalDir, t, log)
-	if errors.Is(err, os.ErrNotExist) {
-		log.Info("recovery: no internal directory, nothing to do", zap.String("dir", internalDir))
-		return Summary{}, nil
-	}
+	r, err := openRecovery(dir, t, log)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -74,13 +71,8 @@ func (r *recovery) run() error {
 	return r.finish()
 }
 
-func openRecovery(internalDir string, t Targets, log *zap.Logger) (*recovery, error) {
-	fd, err := unix.Open(internalDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: internalDir, Err: err}
-	}
-	r := &recovery{t: t, log: log, dir: os.NewFile(uintptr(fd), internalDir),
-		sub: map[string]*os.File{}, keep: map[string]bool{}}
+func openRecovery(dir *os.File, t Targets, log *zap.Logger) (*recovery, error) {
+	r := &recovery{t: t, log: log, dir: dir, sub: map[string]*os.File{}, keep: map[string]bool{}}
 	if err := r.openParts(); err != nil {
 		r.close()
 		return nil, err
@@ -130,7 +122,6 @@ func (r *recovery) close() {
 	if r.journal != nil {
 		r.journal.Close()
 	}
-	r.dir.Close()
 }
 
 // read returns the cut-off records that still matter, in journal order.
@@ -146,35 +137,18 @@ func (r *recovery) read() ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.sum.Records = len(s.recs)
+	r.sum.Records = s.records
 	r.sum.Refused += s.refused
-	return r.cutOff(s), nil
-}
-
-// cutOff picks the records without an end line. An append or inplace record
-// followed by any later record for the same target is older state: commits
-// to one path are serialized, so the later one began after it was settled.
-func (r *recovery) cutOff(s scanned) []Record {
-	last := map[string]uint64{}
-	for _, rec := range s.recs {
-		last[rec.Target] = rec.ID
-	}
-	var cut []Record
-	for _, rec := range s.recs {
-		switch {
-		case s.ended[rec.ID]:
-		case rec.Kind != Replace && last[rec.Target] != rec.ID:
-			r.log.Info("recovery: superseded by a later commit", recFields(rec)...)
-		default:
-			cut = append(cut, rec)
-		}
-	}
-	return cut
+	return s.cut(), nil
 }
 
 // sweep removes the regular files left in staging/ and undo/: with the
 // journal settled, no commit needs them. Anything else is left alone.
 func (r *recovery) sweep() error {
+	// A compaction cut off: the journal itself is the whole truth.
+	if err := unlinkat(r.dir, compactName); err != nil {
+		return err
+	}
 	for _, name := range []string{StagingDir, UndoDir} {
 		d := r.sub[name]
 		if d == nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"slices"
 
 	"go.uber.org/zap"
 )
@@ -11,19 +12,35 @@ import (
 // maxLine bounds a journal line; longer lines are skipped, never loaded.
 const maxLine = 1 << 20
 
-// scanned is what a journal says, from its verified lines only.
+// scanned is what a journal says, from its verified lines only. It holds
+// the records still open, never the history: a journal may be long.
 type scanned struct {
-	recs    []Record        // valid commit records, in file order
-	ended   map[uint64]bool // IDs with an end or abort line
-	maxID   uint64          // highest ID on any intact line
-	refused int
+	open     map[uint64]Record   // valid records without an end line yet
+	byTarget map[string][]uint64 // the open records of each target
+	maxID    uint64              // highest ID on any intact line
+	lastRec  uint64              // highest record ID: IDs only grow
+	records  int                 // valid records seen
+	refused  int
+}
+
+// cut returns the open records in journal (ID) order.
+func (s *scanned) cut() []Record {
+	ids := make([]uint64, 0, len(s.open))
+	for id := range s.open {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make([]Record, len(ids))
+	for i, id := range ids {
+		out[i] = s.open[id]
+	}
+	return out
 }
 
 // scan reads a journal line by line, skipping whatever does not verify.
 func scan(r io.Reader, log *zap.Logger) (scanned, error) {
 	br := bufio.NewReaderSize(r, maxLine)
-	s := scanned{ended: map[uint64]bool{}}
-	seen := map[uint64]bool{}
+	s := scanned{open: map[uint64]Record{}, byTarget: map[string][]uint64{}}
 	for n := 1; ; n++ {
 		b, err := br.ReadSlice('\n')
 		switch {
@@ -40,7 +57,7 @@ func scan(r io.Reader, log *zap.Logger) (scanned, error) {
 		case err != nil:
 			return s, err
 		default:
-			s.add(log, n, b[:len(b)-1], seen)
+			s.add(log, n, b[:len(b)-1])
 		}
 	}
 }
@@ -54,7 +71,7 @@ func skipLine(br *bufio.Reader) error {
 	}
 }
 
-func (s *scanned) add(log *zap.Logger, n int, b []byte, seen map[uint64]bool) {
+func (s *scanned) add(log *zap.Logger, n int, b []byte) {
 	l, err := decodeLine(b)
 	if err != nil {
 		s.refuse(log, n, "unreadable line", err)
@@ -65,7 +82,7 @@ func (s *scanned) add(log *zap.Logger, n int, b []byte, seen map[uint64]bool) {
 			s.refuse(log, n, "end line with record fields", nil)
 			return
 		}
-		s.ended[*l.End] = true
+		s.end(*l.End)
 		s.maxID = max(s.maxID, *l.End)
 		return
 	}
@@ -77,12 +94,49 @@ func (s *scanned) add(log *zap.Logger, n int, b []byte, seen map[uint64]bool) {
 			zap.String("target", r.Target), zap.Error(err))
 		return
 	}
-	if r.ID == 0 || seen[r.ID] {
-		s.refuse(log, n, "missing or duplicate id", nil)
+	if r.ID <= s.lastRec {
+		s.refuse(log, n, "missing, duplicate or out of order id", nil)
 		return
 	}
-	seen[r.ID] = true
-	s.recs = append(s.recs, r)
+	s.lastRec = r.ID
+	s.records++
+	s.supersede(log, r.Target)
+	s.open[r.ID] = r
+	s.byTarget[r.Target] = append(s.byTarget[r.Target], r.ID)
+}
+
+// supersede drops the open append and inplace records of target when a
+// later record for it comes: commits to one path are serialized, so the
+// later one began after the earlier was settled.
+func (s *scanned) supersede(log *zap.Logger, target string) {
+	var keep []uint64
+	for _, id := range s.byTarget[target] {
+		if rec := s.open[id]; rec.Kind == Replace {
+			keep = append(keep, id)
+		} else {
+			delete(s.open, id)
+			log.Info("recovery: superseded by a later commit", recFields(rec)...)
+		}
+	}
+	s.setTarget(target, keep)
+}
+
+// end forgets the record id: it was finished.
+func (s *scanned) end(id uint64) {
+	rec, ok := s.open[id]
+	if !ok {
+		return
+	}
+	delete(s.open, id)
+	s.setTarget(rec.Target, slices.DeleteFunc(s.byTarget[rec.Target], func(x uint64) bool { return x == id }))
+}
+
+func (s *scanned) setTarget(target string, ids []uint64) {
+	if len(ids) == 0 {
+		delete(s.byTarget, target)
+	} else {
+		s.byTarget[target] = ids
+	}
 }
 
 func (s *scanned) refuse(log *zap.Logger, n int, why string, err error) {

@@ -172,6 +172,10 @@ func (r *recovery) undoVerifies(rec Record, uf *os.File) (bool, error) {
 		r.refuse(rec, "undo entry is not a regular file", nil)
 		return false, nil
 	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		r.refuse(rec, "undo file is not the daemon's own", nil)
+		return false, nil
+	}
 	if fi.Size() == rec.UndoSize {
 		sum, err := CRC(uf, 0, rec.UndoSize)
 		if err != nil {

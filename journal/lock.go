@@ -3,7 +3,7 @@ package journal
 import (
 	"errors"
 	"os"
-		"sync"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )

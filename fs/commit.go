@@ -55,10 +55,13 @@ func (n *Node) locate() (v named, err error) {
 	if len(n.f.nameList()) == 0 {
 		return v, errUnlinked
 	}
-	v, ok := n.findNamed()
-	if !ok {
-		n.r.log.Warn("file changed outside the mount: not committed over it", zap.String("path", logPath(n.path())))
+	v, err = n.findNamed()
+	if errors.Is(err, syscall.ENOENT) {
+		// Its names lead to other files: changed outside the mount.
 		return v, syscall.ESTALE
+	}
+	if err != nil {
+		return v, err
 	}
 	if _, err := v.in.writeDir(); err != nil {
 		unix.Close(v.fd)

@@ -128,11 +128,19 @@ func (n *Node) stat() (unix.Stat_t, error) {
 
 // statNamed stats f's committed version through a name that still leads
 // to it. A name racing a rename may already lead to the next file.
+// A stat needs no fd: the attributes it returns are those of the inode
+// it checked.
 func (n *Node) statNamed() (unix.Stat_t, error) {
-	for range staleTries { // see openCurrent
-		if v, ok := n.findNamed(); ok {
-			unix.Close(v.fd)
-			return v.st, nil
+	for range staleTries { // see findNamed
+		for _, o := range n.f.nameList() {
+			dir, err := o.dir.dirFd()
+			if err != nil {
+				continue
+			}
+			st, err := statAt(dir, o.name)
+			if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+				return st, nil
+			}
 		}
 	}
 	return unix.Stat_t{}, syscall.ENOENT
@@ -150,23 +158,43 @@ type named struct {
 // findNamed finds a name of f that leads to its committed version (or
 // the one a commit in progress is putting in place) and opens it O_PATH:
 // what the fd names cannot change any more, whatever happens to the name.
-func (n *Node) findNamed() (named, bool) {
-	for _, o := range n.f.nameList() {
-		dir, err := o.dir.dirFd()
-		if err != nil {
-			continue
+// A name racing a commit's rename may lead to the next version already,
+// which is worth a few more tries (see openCurrent). ENOENT: no name
+// leads to it; another error: a name could not be looked at.
+func (n *Node) findNamed() (named, error) {
+	err := error(syscall.ENOENT)
+	for range staleTries {
+		for _, o := range n.f.nameList() {
+			v, ok, oerr := n.tryName(o)
+			if ok {
+				return v, nil
+			}
+			if oerr != nil && !errors.Is(oerr, syscall.ENOENT) {
+				err = oerr
+			}
 		}
-		fd, err := openAt(dir, o.name, unix.O_PATH, 0)
-		if err != nil {
-			continue
+		if !errors.Is(err, syscall.ENOENT) {
+			return named{}, err // not a race: no use trying again
 		}
-		st, err := fstat(fd)
-		if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
-			return named{fd: fd, in: o.dir, dir: dir, nm: o.name, st: st}, true
-		}
-		unix.Close(fd)
 	}
-	return named{}, false
+	return named{}, err
+}
+
+func (n *Node) tryName(o name) (named, bool, error) {
+	dir, err := o.dir.dirFd()
+	if err != nil {
+		return named{}, false, err
+	}
+	fd, err := openAt(dir, o.name, unix.O_PATH, 0)
+	if err != nil {
+		return named{}, false, err
+	}
+	st, err := fstat(fd)
+	if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+		return named{fd: fd, in: o.dir, dir: dir, nm: o.name, st: st}, true, nil
+	}
+	unix.Close(fd)
+	return named{}, false, err
 }
 
 func fillAttr(a *fuse.Attr, st *unix.Stat_t, ino uint64) {

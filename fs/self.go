@@ -19,15 +19,17 @@ import (
 // unlinked while open). ESTALE if nothing leads to it any more: for a
 // request by path the kernel then looks the name up again.
 func (n *Node) openSelf() (int, error) {
-	for range staleTries { // see openCurrent
-		if v, ok := n.findNamed(); ok {
-			return v.fd, nil
-		}
+	v, err := n.findNamed()
+	if err == nil {
+		return v.fd, nil
 	}
 	if fd, ok := n.f.dupVersion(n.r.ids.current(n.f)); ok {
 		return fd, nil
 	}
-	return -1, syscall.ESTALE
+	if errors.Is(err, syscall.ENOENT) {
+		err = syscall.ESTALE
+	}
+	return -1, err
 }
 
 // withSelf runs fn on an O_PATH fd of n's current version (see openSelf).

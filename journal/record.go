@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -171,6 +172,12 @@ func decodeLine(b []byte) (line, error) {
 	if crc32c(js) != sum {
 		return l, errors.New("checksum mismatch")
 	}
+	if id, aborted, ok := decodeEnd(js); ok {
+		// Half the lines: read without the JSON decoder's garbage, which
+		// a long journal would otherwise pile up faster than it is freed.
+		l.End, l.Aborted = &id, aborted
+		return l, nil
+	}
 	if err := json.Unmarshal(js, &l); err != nil {
 		return l, fmt.Errorf("bad JSON: %w", err)
 	}
@@ -185,6 +192,32 @@ func decodeLine(b []byte) (line, error) {
 		l.Target, l.TargetHex = string(t), ""
 	}
 	return l, nil
+}
+
+// decodeEnd reads exactly what encodeLine writes for an endRecord.
+func decodeEnd(js []byte) (id uint64, aborted bool, ok bool) {
+	rest, found := bytes.CutPrefix(js, []byte(`{"end":`))
+	if !found {
+		return 0, false, false
+	}
+	if r, found := bytes.CutSuffix(rest, []byte(`,"aborted":true}`)); found {
+		rest, aborted = r, true
+	} else if rest, found = bytes.CutSuffix(rest, []byte(`}`)); !found {
+		return 0, false, false
+	}
+	if len(rest) == 0 || len(rest) > 20 || (rest[0] == '0' && len(rest) > 1) {
+		return 0, false, false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return 0, false, false
+		}
+		if id > (1<<64-1-uint64(c-'0'))/10 {
+			return 0, false, false
+		}
+		id = id*10 + uint64(c-'0')
+	}
+	return id, aborted, true
 }
 
 // parseHex8 accepts exactly what encodeLine writes: 8 lowercase hex digits.

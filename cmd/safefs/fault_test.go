@@ -232,8 +232,9 @@ func faultCases() []faultCase {
 				trace:   "copy_file_range,pwrite64",
 				injects: []string{"copy_file_range:error=EXDEV:when=1", in("pwrite64")}, errno: e.errno,
 				logWant: `"error": "write f: `},
+			// Both names of the target fail: the commit tries each.
 			faultCase{name: "inplace/openat2-target/" + e.name, kind: "inplace", mode: "replace", step: "close",
-				trace: "openat2", injects: []string{in("openat2")}, errno: e.errno},
+				trace: "openat2", injects: []string{"openat2:error=" + e.name + ":when=1..2"}, errno: e.errno},
 			// The first copy touching the target is the one into undo/.
 			faultCase{name: "inplace/copy_file_range-undo/" + e.name, kind: "inplace", mode: "replace", step: "close",
 				trace: "copy_file_range", paths: []string{"f", "g"}, injects: []string{in("copy_file_range")}, errno: e.errno, needCFR: true},

@@ -31,8 +31,12 @@ func (h *handle) commit() error {
 	} else {
 		err = h.commitWhole(g)
 	}
+	if errors.Is(err, errCloserKilled) {
+		h.killedClose()
+		return nil
+	}
 	if err != nil {
-		r.log.Warn("commit failed, previous version kept", zap.String("path", h.n.path()), zap.Error(err))
+		r.log.Warn("commit failed, previous version kept", zap.String("path", logPath(h.n.path())), zap.Error(err))
 		return h.reject(err)
 	}
 	h.n.f.bump()
@@ -292,7 +296,7 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 		_ = copyRange(target, st.Size, h.stage, 0, ps.Size/2)
 		r.crash("append-half")
 	}
-	err = copyRange(target, st.Size, h.stage, 0, ps.Size)
+	err = h.copyAppend(target, st.Size, ps.Size)
 	if err == nil {
 		r.crash("append-written")
 		if r.opts.Durable {
@@ -304,6 +308,28 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	}
 	h.discard()
 	return e.Commit()
+}
+
+// appendChunk is how much an append copies between checks that its
+// closer is still alive.
+const appendChunk = 64 << 20
+
+// errCloserKilled: the process whose close() commits was killed meanwhile.
+var errCloserKilled = errors.New("writer killed by a signal during its commit")
+
+// copyAppend copies the n pending bytes to the end of target (at size),
+// giving up if the closing process is killed meanwhile: a killed writer
+// does not commit, and must not keep the lock while a long copy runs.
+func (h *handle) copyAppend(target *os.File, size, n int64) error {
+	for off := int64(0); off < n; off += appendChunk {
+		if off > 0 && h.closer != 0 && h.n.r.opts.KillCheck && killedBySignal(h.closer) {
+			return errCloserKilled
+		}
+		if err := copyRange(target, size+off, h.stage, off, min(appendChunk, n-off)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lockContext bounds a lock wait by lock_timeout. It is not the request's

@@ -19,9 +19,12 @@ import (
 type handle struct {
 	n *Node
 
-	mu       sync.Mutex
-	write    bool
-	append   bool
+	mu     sync.Mutex
+	write  bool
+	append bool // pending bytes are appends, placed at the end at commit
+	// atEnd: an O_APPEND descriptor whose pending version became whole
+	// (see unappend): its writes go to the end of that version.
+	atEnd    bool
 	uid, gid uint32 // the opener, for set-id handling at commit
 	tid      uint32 // the opener's thread
 	tgid     uint32 // the opener's process, 0 if unknown
@@ -40,9 +43,10 @@ type handle struct {
 	// written yet. A shell's `cmd > file` closes such a descriptor after
 	// moving it to stdout: that close must not publish an empty file.
 	truncOnly bool
-	flushed   bool // closed once and not used since: likely not what a stat means
-	closed    bool // released: base and first are gone
-	private   bool // an O_TMPFILE file not linked yet: writes go to base
+	flushed   bool   // closed once and not used since: likely not what a stat means
+	closer    uint32 // the thread whose close() is committing, 0 if none
+	closed    bool   // released: base and first are gone
+	private   bool   // an O_TMPFILE file not linked yet: writes go to base
 }
 
 var (
@@ -161,7 +165,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err := h.copyUp(h.append); err != nil {
 		return 0, h.errno(err)
 	}
-	if h.append {
+	if h.append || h.atEnd {
 		// The kernel's offset comes from its cached size: appends go
 		// after this handle's own pending bytes, placed at commit.
 		st, err := fstat(int(h.stage.Fd()))
@@ -191,6 +195,9 @@ func (h *handle) truncate(size uint64) error {
 	if h.private {
 		return unix.Ftruncate(int(h.base.Fd()), int64(size))
 	}
+	if err := h.unappend(size == 0); err != nil {
+		return err
+	}
 	if err := h.copyUp(size == 0); err != nil {
 		return err
 	}
@@ -201,11 +208,43 @@ func (h *handle) truncate(size uint64) error {
 	return nil
 }
 
+// unappend makes an appender's pending version whole: the committed file
+// followed by its pending appends (nothing when empty). ftruncate and
+// fallocate on an O_APPEND descriptor act on the whole file, so its close
+// then replaces the file, as any rewrite does: appends that others commit
+// meanwhile are not in it. Its later writes go to the end of its version.
+func (h *handle) unappend(empty bool) error {
+	if !h.append {
+		return nil
+	}
+	pending, pendingNm := h.stage, h.stageNm
+	h.stage, h.stageNm, h.append = nil, "", false
+	err := h.copyUp(empty)
+	if err == nil && pending != nil && !empty {
+		err = appendTo(h.stage, pending)
+	}
+	if err != nil {
+		if h.stage != nil {
+			h.n.r.dropTemp(h.n.r.stagingfd, h.stage, h.stageNm)
+		}
+		h.stage, h.stageNm, h.append = pending, pendingNm, true
+		return err
+	}
+	if pending != nil {
+		h.n.r.dropTemp(h.n.r.stagingfd, pending, pendingNm)
+	}
+	h.atEnd = true
+	return nil
+}
+
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.private {
 		return h.errno(unix.Fallocate(int(h.base.Fd()), mode, int64(off), int64(size)))
+	}
+	if err := h.unappend(false); err != nil {
+		return h.errno(err)
 	}
 	if err := h.copyUp(false); err != nil {
 		return h.errno(err)
@@ -270,11 +309,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	}
 	if h.n.r.opts.KillCheck {
 		if c, ok := fuse.FromContext(ctx); ok && killedBySignal(c.Pid) {
-			// Keep the pending version: another process may share this
-			// descriptor (fork) and close it alive later.
-			h.n.r.count.killed.Add(1)
-			h.n.r.log.Info("writer killed by a signal: not committed", zap.String("path", h.n.path()))
-			h.killed = true
+			h.killedClose()
 			return 0
 		}
 	}
@@ -282,7 +317,20 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if h.truncOnly && h.deferTrunc(ctx) {
 		return 0 // another descriptor brings the content
 	}
+	if c, ok := fuse.FromContext(ctx); ok {
+		h.closer = c.Pid
+		defer func() { h.closer = 0 }()
+	}
 	return h.errno(h.commit())
+}
+
+// killedClose is the close of a writer killed by a signal: nothing is
+// committed, but the pending version is kept, since another process may
+// share this descriptor (fork) and close it alive later.
+func (h *handle) killedClose() {
+	h.n.r.count.killed.Add(1)
+	h.n.r.log.Info("writer killed by a signal: not committed", zap.String("path", logPath(h.n.path())))
+	h.killed = true
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {

@@ -62,6 +62,19 @@ func copyData(dst, src *os.File) error {
 	return unix.Ftruncate(int(dst.Fd()), st.Size)
 }
 
+// appendTo copies all of src to the end of dst.
+func appendTo(dst, src *os.File) error {
+	ds, err := fstat(int(dst.Fd()))
+	if err != nil {
+		return err
+	}
+	ss, err := fstat(int(src.Fd()))
+	if err != nil {
+		return err
+	}
+	return copyRange(dst, ds.Size, src, 0, ss.Size)
+}
+
 // copyRange copies n bytes of src at soff to dst at doff.
 func copyRange(dst *os.File, doff int64, src *os.File, soff, n int64) error {
 	for n > 0 {

@@ -247,20 +247,28 @@ func (r *recovery) refuse(rec Record, why string, err error) {
 	r.log.Error("recovery: refused "+why, append(recFields(rec), zap.Error(err))...)
 }
 
-// restore writes the n bytes of src over dst from offset 0, cuts dst to n
-// and fsyncs it. Repeating it gives the same result.
+// restore makes dst a copy of the n bytes of src and fsyncs it. dst is
+// emptied first and only src's data runs are written, so a sparse undo
+// copy stays sparse. Repeating it gives the same result.
 func restore(dst, src *os.File, n int64) error {
+	if err := dst.Truncate(0); err != nil {
+		return err
+	}
 	buf := make([]byte, min(n, chunk))
 	for off := int64(0); off < n; {
-		k := min(n-off, int64(len(buf)))
-		m, err := src.ReadAt(buf[:k], off)
-		if int64(m) < k {
-			return err
+		data, hole := dataRun(src, off, n)
+		for off = data; off < hole; {
+			k := min(hole-off, int64(len(buf)))
+			m, err := src.ReadAt(buf[:k], off)
+			if int64(m) < k {
+				return err
+			}
+			if _, err := dst.WriteAt(buf[:k], off); err != nil {
+				return err
+			}
+			off += k
 		}
-		if _, err := dst.WriteAt(buf[:k], off); err != nil {
-			return err
-		}
-		off += k
+		off = hole
 	}
 	if err := dst.Truncate(n); err != nil {
 		return err

@@ -36,7 +36,6 @@ func (h *handle) commit() error {
 		return nil
 	}
 	if err != nil {
-		r.log.Warn("commit failed, previous version kept", zap.String("path", logPath(h.n.path())), zap.Error(err))
 		return h.reject(err)
 	}
 	h.n.f.bump()
@@ -84,27 +83,28 @@ func (v named) reopen(flags int) (*os.File, error) {
 }
 
 // reject keeps the pending bytes of a commit that could not be made in
-// rejected/ (never silently dropped), and maps the reason to the
+// rejected/ (within its bounds, see keep), and maps the reason to the
 // documented errno. A commit that failed after its rename has nothing
-// left to keep.
+// left to keep. One line is logged, at most a few per interval.
 func (h *handle) reject(why error) error {
 	r := h.n.r
 	r.count.rejected.Add(1)
 	if h.stage == nil {
 		return lockErrno(why)
 	}
-	kept := h.stageNm
-	if err := renameAt(r.stagingfd, h.stageNm, r.rejectedfd, h.stageNm, 0); err != nil {
-		kept = ""
-		r.log.Error("could not keep rejected bytes", zap.String("path", h.n.path()), zap.Error(err))
-		h.discard()
-	} else {
-		h.stage.Close()
-		h.stage, h.stageNm, h.dirty = nil, "", false
+	kept := h.keep()
+	if ok, skipped := r.rejectLog.allow(); ok {
+		r.log.Warn("commit rejected, previous version kept", zap.String("path", logPath(h.n.path())), zap.Error(why),
+			zap.String("kept_in", keptWhere(kept)), zap.Uint32("uid", h.uid), zap.Int("not_logged_before", skipped))
 	}
-	r.log.Warn("commit rejected", zap.String("path", h.n.path()), zap.Error(why),
-		zap.String("kept_in", journal.RejectedDir+"/"+kept))
 	return lockErrno(why)
+}
+
+func keptWhere(nm string) string {
+	if nm == "" {
+		return "(dropped: rejected/ is full)"
+	}
+	return journal.RejectedDir + "/" + nm
 }
 
 // commitWhole publishes the staging file: by rename when the file has one
@@ -179,6 +179,9 @@ func (h *handle) commitInPlace(g *lockmgr.Grant, v named) error {
 	defer target.Close()
 	st, err := fstat(int(target.Fd()))
 	if err != nil {
+		return err
+	}
+	if err := h.roomForCopy(target); err != nil {
 		return err
 	}
 	undo, undoNm, err := newTemp(r.undofd)
@@ -277,6 +280,9 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	fd := int(target.Fd())
 	ps, err := fstat(int(h.stage.Fd()))
 	if err != nil {
+		return err
+	}
+	if err := h.roomForCopy(h.stage); err != nil {
 		return err
 	}
 	crc, err := journal.CRC(h.stage, 0, ps.Size)

@@ -140,6 +140,11 @@ func (h *handle) copyUp(empty bool) error {
 	if err := h.refresh(); err != nil {
 		return err
 	}
+	if !empty {
+		if err := h.roomForCopy(h.base); err != nil {
+			return err
+		}
+	}
 	st, nm, err := newTemp(h.n.r.stagingfd)
 	if err != nil {
 		return err
@@ -154,6 +159,16 @@ func (h *handle) copyUp(empty bool) error {
 	return nil
 }
 
+// roomForCopy checks there is room for the daemon to copy f's data for
+// this handle's user.
+func (h *handle) roomForCopy(f *os.File) error {
+	st, err := fstat(int(f.Fd()))
+	if err != nil {
+		return err
+	}
+	return h.n.r.roomFor(h.uid, st.Blocks*512)
+}
+
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -161,6 +176,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if h.private {
 		n, err := unix.Pwrite(int(h.base.Fd()), data, off)
 		return uint32(max(n, 0)), h.errno(err)
+	}
+	if err := h.n.r.roomFor(h.uid, int64(len(data))); err != nil {
+		return 0, h.errno(err)
 	}
 	if err := h.copyUp(h.append); err != nil {
 		return 0, h.errno(err)
@@ -242,6 +260,9 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	defer h.mu.Unlock()
 	if h.private {
 		return h.errno(unix.Fallocate(int(h.base.Fd()), mode, int64(off), int64(size)))
+	}
+	if err := h.n.r.roomFor(h.uid, int64(size)); err != nil {
+		return h.errno(err)
 	}
 	if err := h.unappend(false); err != nil {
 		return h.errno(err)
@@ -356,6 +377,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.setBase(nil, 0)
 	h.first.Close()
 	h.closed = true
+	h.n.r.files.give(h.uid)
 	return 0
 }
 

@@ -106,7 +106,8 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	if _, err := journal.Recover(r.internal, targets{r.rootfd}, r.log); err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
-	r.reportRejected()
+	r.loadKept()
+	r.files = newFileSlots(r.opts.MaxFilesPerUser)
 	var err error
 	if r.jr, err = journal.Open(r.internal, r.opts.Durable, r.log); err != nil {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/journal"
 )
 
 // Node is the FUSE side of one logical file or directory. Several Nodes
@@ -64,6 +66,19 @@ func (n *Node) path() string {
 	}
 	return nm.rel()
 }
+
+// childPath is the path below the mount root of entry nm of n.
+func (n *Node) childPath(nm string) string {
+	if n.isRoot() {
+		return nm
+	}
+	return n.path() + "/" + nm
+}
+
+// journalable reports whether a file at path p can be committed: the
+// journal records its path (ENAMETOOLONG beyond, better at open or
+// create than at close, where the bytes would be lost).
+func journalable(p string) bool { return len(p) <= journal.MaxTarget }
 
 // rel is the name's path below the mount root.
 func (o name) rel() string {

@@ -106,16 +106,24 @@ func (n *Node) truncate(ctx context.Context, h *handle, size uint64) error {
 	if n.r.opts.ReadOnly {
 		return syscall.EROFS
 	}
+	if err := n.r.takeFile(ctx); err != nil {
+		return err
+	}
 	ver := n.f.ver()
 	base, err := n.openCurrent(unix.O_RDWR)
-	if err != nil {
-		return err
+	if err == nil {
+		var t *handle
+		if t, err = n.newHandle(ctx, base, ver, syscall.O_WRONLY); err == nil {
+			defer t.Release(ctx)
+			return t.truncateCommit(size)
+		}
 	}
-	t, err := n.newHandle(ctx, base, ver, syscall.O_WRONLY)
-	if err != nil {
-		return err
-	}
-	defer t.Release(ctx)
+	n.r.files.give(callerUID(ctx))
+	return err
+}
+
+// truncateCommit is truncate(path) on a handle of its own.
+func (t *handle) truncateCommit(size uint64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.truncate(size); err != nil {

@@ -17,6 +17,9 @@ func (n *Node) newEntry(ctx context.Context, nm string, out *fuse.EntryOut, make
 	if n.hidden(nm) {
 		return nil, syscall.EPERM
 	}
+	if !journalable(n.childPath(nm)) {
+		return nil, syscall.ENAMETOOLONG
+	}
 	dir, err := n.writeDir()
 	if err != nil {
 		return nil, n.errno(err)
@@ -73,6 +76,9 @@ func (n *Node) Symlink(ctx context.Context, target, nm string, out *fuse.EntryOu
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if n.hidden(nm) {
 		return nil, syscall.EPERM
+	}
+	if !journalable(n.childPath(nm)) {
+		return nil, syscall.ENAMETOOLONG
 	}
 	t := target.(*Node)
 	dir, err := n.writeDir()
@@ -183,6 +189,9 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 	np := newParent.(*Node)
 	if n.hidden(nm) || np.hidden(newName) {
 		return syscall.EPERM
+	}
+	if !journalable(np.childPath(newName)) {
+		return syscall.ENAMETOOLONG
 	}
 	src, dst := n.kid(nm), np.kid(newName)
 	release, err := n.lockChildren(src, dst)

@@ -87,7 +87,8 @@ func isWrite(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
 }
 
-// newHandle opens a handle on the file's current version. Writers get
+// newHandle makes a handle on base, the file's current version. The
+// caller has taken a file slot (takeFile): the handle gives it back. Writers get
 // direct I/O so that their pending bytes never enter the page cache
 // shared by every handle of the kernel inode; readers too, so an old
 // reader never sees pages of a newer version.
@@ -114,6 +115,21 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if isWrite(flags) && n.r.opts.ReadOnly {
 		return nil, 0, syscall.EROFS
 	}
+	if isWrite(flags) && !journalable(n.path()) {
+		return nil, 0, syscall.ENAMETOOLONG
+	}
+	if err := n.r.takeFile(ctx); err != nil {
+		return nil, 0, n.errno(err)
+	}
+	h, err := n.open(ctx, flags)
+	if err != nil {
+		n.r.files.give(callerUID(ctx))
+		return nil, 0, n.errno(err)
+	}
+	return h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *Node) open(ctx context.Context, flags uint32) (*handle, error) {
 	mode := unix.O_RDONLY
 	if isWrite(flags) {
 		mode = unix.O_RDWR
@@ -129,28 +145,39 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		err = syscall.ESTALE
 	}
 	if err != nil {
-		return nil, 0, n.errno(err)
+		return nil, err
 	}
-	h, err := n.newHandle(ctx, base, ver, flags)
-	if err != nil {
-		return nil, 0, n.errno(err)
-	}
-	return h, fuse.FOPEN_DIRECT_IO, 0
+	return n.newHandle(ctx, base, ver, flags)
 }
 
 func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	if n.hidden(nm) {
 		return nil, nil, 0, syscall.EPERM
 	}
+	if !journalable(n.childPath(nm)) {
+		return nil, nil, 0, syscall.ENAMETOOLONG
+	}
 	dir, err := n.writeDir()
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
+	if err := n.r.takeFile(ctx); err != nil {
+		return nil, nil, 0, n.errno(err)
+	}
+	in, h, err := n.create(ctx, dir, nm, flags, mode, out)
+	if err != nil {
+		n.r.files.give(callerUID(ctx))
+		return nil, nil, 0, n.errno(err)
+	}
+	return in, h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, *handle, error) {
 	// O_EXCL first, so that a new file gets the caller as owner and an
 	// existing one (made outside the mount) is opened as it is.
 	f, created, err := n.createOrOpen(ctx, dir, nm, flags, mode)
 	if err != nil {
-		return nil, nil, 0, n.errno(err)
+		return nil, nil, err
 	}
 	st, err := fstat(int(f.Fd()))
 	if err == nil && !created {
@@ -158,7 +185,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	}
 	if err != nil {
 		f.Close()
-		return nil, nil, 0, n.errno(err)
+		return nil, nil, err
 	}
 	in := n.child(ctx, nm, &st, out)
 	cn := in.Operations().(*Node)
@@ -170,9 +197,9 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	}
 	h, err := cn.newHandle(ctx, f, ver, flags)
 	if err != nil {
-		return nil, nil, 0, n.errno(err)
+		return nil, nil, err
 	}
-	return in, h, fuse.FOPEN_DIRECT_IO, 0
+	return in, h, nil
 }
 
 // staleVer is a version no file reaches: a handle holding it refreshes.

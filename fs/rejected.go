@@ -1,7 +1,12 @@
 package fs
 
 import (
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -9,10 +14,94 @@ import (
 	"github.com/safefs/safefs/journal"
 )
 
-// reportRejected tells the operator at mount about bytes kept in
-// rejected/ by earlier commits that could not be made: safefs never
-// deletes them, the operator decides what to do with them.
-func (r *root) reportRejected() {
+// Bytes of commits that could not be made are kept in rejected/ for the
+// operator, but a flood of failures (by one user above all) must not fill
+// the disk: rejected/ is bounded per writing uid and in all, and beyond
+// that a failed commit's bytes are dropped (counted, logged).
+
+// Defaults of Options.RejectedMax and RejectedUserMax.
+const (
+	DefaultRejectedMax     = 1 << 30
+	DefaultRejectedUserMax = 256 << 20
+	minKeptCost            = 4096 // an empty file still costs an inode
+)
+
+// keptBytes is what rejected/ holds, per writing uid (from the file
+// names, "u<uid>-..."; files kept by older versions count in all only).
+type keptBytes struct {
+	max, userMax int64
+
+	mu    sync.Mutex
+	all   int64
+	byUID map[uint32]int64
+}
+
+func newKeptBytes(o Options) *keptBytes {
+	k := &keptBytes{max: o.RejectedMax, userMax: o.RejectedUserMax, byUID: map[uint32]int64{}}
+	if k.max <= 0 {
+		k.max = DefaultRejectedMax
+	}
+	if k.userMax <= 0 {
+		k.userMax = DefaultRejectedUserMax
+	}
+	return k
+}
+
+// take reserves cost bytes for uid, false if a bound would be passed.
+func (k *keptBytes) take(uid uint32, cost int64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.all+cost > k.max || k.byUID[uid]+cost > k.userMax {
+		return false
+	}
+	k.all += cost
+	k.byUID[uid] += cost
+	return true
+}
+
+func keptName(uid uint32, stage string) string { return fmt.Sprintf("u%d-%s", uid, stage) }
+
+// keptUID reads the writer's uid back from a kept file's name.
+func keptUID(nm string) (uint32, bool) {
+	rest, ok := strings.CutPrefix(nm, "u")
+	if !ok {
+		return 0, false
+	}
+	id, _, ok := strings.Cut(rest, "-")
+	n, err := strconv.ParseUint(id, 10, 32)
+	return uint32(n), ok && err == nil
+}
+
+func keptCost(st *unix.Stat_t) int64 { return max(st.Blocks*512, minKeptCost) }
+
+// keep moves the pending version of a failed commit to rejected/ if the
+// bounds allow; else it is dropped. It returns where it was kept ("" if
+// dropped).
+func (h *handle) keep() string {
+	r := h.n.r
+	st, err := fstat(int(h.stage.Fd()))
+	if err != nil || !r.kept.take(h.uid, keptCost(&st)) {
+		r.count.dropped.Add(1)
+		h.discard()
+		return ""
+	}
+	nm := keptName(h.uid, h.stageNm)
+	if err := renameAt(r.stagingfd, h.stageNm, r.rejectedfd, nm, unix.RENAME_NOREPLACE); err != nil {
+		r.log.Error("could not keep rejected bytes", zap.String("path", logPath(h.n.path())), zap.Error(err))
+		r.kept.take(h.uid, -keptCost(&st))
+		r.count.dropped.Add(1)
+		h.discard()
+		return ""
+	}
+	h.stage.Close()
+	h.stage, h.stageNm, h.dirty = nil, "", false
+	return nm
+}
+
+// loadKept counts what rejected/ holds at mount, and tells the operator:
+// safefs never deletes it, the operator decides what to do with it.
+func (r *root) loadKept() {
+	r.kept = newKeptBytes(r.opts)
 	fd, err := unix.Openat(r.rejectedfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return
@@ -25,10 +114,52 @@ func (r *root) reportRejected() {
 	}
 	var bytes int64
 	for _, nm := range names {
-		if st, err := statAt(r.rejectedfd, nm); err == nil {
-			bytes += st.Size
+		st, err := statAt(r.rejectedfd, nm)
+		if err != nil {
+			continue
 		}
+		uid, ok := keptUID(nm)
+		if !ok {
+			uid = ^uint32(0) // unknown writer: counts in all only
+		}
+		r.kept.mu.Lock()
+		r.kept.all += keptCost(&st)
+		r.kept.byUID[uid] += keptCost(&st)
+		r.kept.mu.Unlock()
+		bytes += st.Size
 	}
 	r.log.Warn("rejected commits are kept for the operator; remove them when dealt with",
 		zap.String("dir", r.internalPath+"/"+journal.RejectedDir), zap.Int("files", len(names)), zap.Int64("bytes", bytes))
+}
+
+// logLimit lets through the first few lines of a kind per interval, so
+// that a flood of failures cannot flood the log; the next line let
+// through says how many were left out.
+type logLimit struct {
+	mu         sync.Mutex
+	start      time.Time
+	n, skipped int
+}
+
+const (
+	logInterval = 10 * time.Second
+	logBurst    = 10
+)
+
+// allow reports whether to log now, and how many lines were left out
+// since the last one logged.
+func (l *logLimit) allow() (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); now.Sub(l.start) > logInterval {
+		l.start, l.n = now, 0
+	}
+	if l.n >= logBurst {
+		l.skipped++
+		return false, 0
+	}
+	l.n++
+	skipped := l.skipped
+	l.skipped = 0
+	return true, skipped
 }

@@ -33,6 +33,10 @@ type root struct {
 	log     *zap.Logger
 	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
 	count   counters
+	files   *fileSlots
+	kept    *keptBytes // what rejected/ holds, per writing uid
+	// rejectLog bounds the lines logged for rejected commits.
+	rejectLog logLimit
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests

@@ -23,11 +23,12 @@ type Stats struct {
 }
 
 type counters struct {
-	commits, rejected, killed atomic.Int64
+	commits, rejected, killed, dropped, tooManyFiles, noSpace atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
-	return Stats{Commits: c.commits.Load(), Rejected: c.rejected.Load(), Killed: c.killed.Load()}
+	return Stats{Commits: c.commits.Load(), Rejected: c.rejected.Load(), Killed: c.killed.Load(),
+		Dropped: c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load()}
 }
 
 // Stats returns the counts since the mount.
@@ -39,5 +40,6 @@ func (s *Server) LogStats() { s.r.logStats() }
 func (r *root) logStats() {
 	st := r.count.snapshot()
 	r.log.Info("stats", zap.Int64("commits", st.Commits), zap.Int64("rejected", st.Rejected),
-		zap.Int64("killed_writers", st.Killed))
+		zap.Int64("rejected_dropped", st.Dropped), zap.Int64("killed_writers", st.Killed),
+		zap.Int64("too_many_files", st.TooManyFiles), zap.Int64("no_space", st.NoSpace))
 }

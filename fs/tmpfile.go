@@ -21,9 +21,21 @@ func (n *Node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
+	if err := n.r.takeFile(ctx); err != nil {
+		return nil, nil, 0, n.errno(err)
+	}
+	in, h, err := n.tmpfile(ctx, dir, flags, mode, out)
+	if err != nil {
+		n.r.files.give(callerUID(ctx))
+		return nil, nil, 0, n.errno(err)
+	}
+	return in, h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *Node) tmpfile(ctx context.Context, dir int, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, *handle, error) {
 	fd, err := tmpfileAt(dir, mode&07777)
 	if err != nil {
-		return nil, nil, 0, n.errno(err)
+		return nil, nil, err
 	}
 	f := os.NewFile(uintptr(fd), "tmpfile")
 	st, err := fstat(fd)
@@ -32,17 +44,17 @@ func (n *Node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	}
 	if err != nil {
 		f.Close()
-		return nil, nil, 0, n.errno(err)
+		return nil, nil, err
 	}
 	lf := n.r.ids.fresh(&st)
 	fillAttr(&out.Attr, &st, lf.ino)
 	in := n.NewInode(ctx, n.r.newNode(lf), gofs.StableAttr{Mode: lf.kind, Ino: lf.ino})
 	h, err := in.Operations().(*Node).newHandle(ctx, f, lf.ver(), flags&^(syscall.O_TRUNC|syscall.O_APPEND))
 	if err != nil {
-		return nil, nil, 0, n.errno(err)
+		return nil, nil, err
 	}
 	h.private = true
-	return in, h, fuse.FOPEN_DIRECT_IO, 0
+	return in, h, nil
 }
 
 // linkPrivate names a file made by Tmpfile: linkat(2) of its descriptor.

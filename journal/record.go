@@ -22,8 +22,12 @@ const (
 // internalName is INTERNAL's name in BACKING; no record may point into it.
 const internalName = ".safefs"
 
+// MaxTarget is the longest target path a record may carry: files whose
+// path below BACKING is longer cannot be committed.
+const MaxTarget = 4096 * 16
+
 const (
-	maxTarget = 4096 * 16
+	maxTarget = MaxTarget
 	maxName   = 255 // NAME_MAX: a longer name would make every *at call fail
 )
 

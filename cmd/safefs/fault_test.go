@@ -295,7 +295,7 @@ func testFault(t *testing.T, c faultCase) {
 	detach()
 
 	if c.step == "close" {
-		assert.Contains(t, p.out.String(), "commit failed, previous version kept", "daemon log")
+		assert.Contains(t, p.out.String(), "commit rejected, previous version kept", "daemon log")
 	}
 	if c.logWant != "" {
 		assert.Contains(t, p.out.String(), c.logWant, "the fault hit another step than meant")

@@ -32,6 +32,7 @@ func runMount(args []string, stdout, stderr io.Writer) error {
 	defer log.Sync() //nolint:errcheck // syncing a pipe or tty fails harmlessly
 	opts := a.cfg.fs
 	opts.Log = log
+	raiseNofile(log)
 	return serve(backing, mnt, opts, log)
 }
 

@@ -56,6 +56,15 @@ var mountOptions = []mountOption{
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
 		show: func(c mountConfig) string { return onOff(c.fs.KillCheck) },
 		set:  setKillCheck},
+	{name: "max_files_per_user", value: "N", help: "files one non-root uid may hold open through the mount (EMFILE beyond); 0: half of what the descriptor limit allows",
+		show: func(c mountConfig) string { return strconv.Itoa(c.fs.MaxFilesPerUser) },
+		set:  setMaxFilesPerUser},
+	{name: "rejected_max", value: "SIZE", help: "bytes kept in .safefs/rejected in all; beyond, a failed commit's bytes are dropped (K, M, G suffixes)",
+		show: func(c mountConfig) string { return sizeName(c.fs.RejectedMax, fs.DefaultRejectedMax) },
+		set:  func(c *mountConfig, v string) error { return setSize(&c.fs.RejectedMax, v) }},
+	{name: "rejected_user_max", value: "SIZE", help: "bytes kept in .safefs/rejected per writing uid",
+		show: func(c mountConfig) string { return sizeName(c.fs.RejectedUserMax, fs.DefaultRejectedUserMax) },
+		set:  func(c *mountConfig, v string) error { return setSize(&c.fs.RejectedUserMax, v) }},
 	{name: "debug", help: "trace FUSE requests",
 		show: func(c mountConfig) string { return onOff(c.fs.Debug) },
 		set:  func(c *mountConfig, _ string) error { c.fs.Debug = true; return nil }},
@@ -97,6 +106,52 @@ func setMaxWaiters(c *mountConfig, v string) error {
 	}
 	c.fs.MaxWaiters = n
 	return nil
+}
+
+func setMaxFilesPerUser(c *mountConfig, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return errors.New("want a whole number >= 0")
+	}
+	c.fs.MaxFilesPerUser = n
+	return nil
+}
+
+var sizeUnits = []struct {
+	suffix string
+	shift  uint
+}{{"G", 30}, {"M", 20}, {"K", 10}, {"", 0}}
+
+// setSize parses a byte count with an optional K, M or G suffix (powers
+// of 1024), > 0.
+func setSize(dst *int64, v string) error {
+	for _, u := range sizeUnits {
+		num, ok := strings.CutSuffix(v, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n <= 0 || n > (1<<62)>>u.shift {
+			break
+		}
+		*dst = n << u.shift
+		return nil
+	}
+	return errors.New("want a size > 0 such as 1G, 256M or 4096")
+}
+
+// sizeName shows a size option's value (def when unset) in the largest
+// unit that divides it.
+func sizeName(n, def int64) string {
+	if n <= 0 {
+		n = def
+	}
+	for _, u := range sizeUnits {
+		if n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 func setDurability(c *mountConfig, v string) error {

@@ -34,6 +34,10 @@ func TestParseMountArgs(t *testing.T) {
 				c.logFormat, c.logLevel = "json", "warn"
 			}},
 		{"dash-dash", "-o ro -- -b m", func(c *mountConfig) { c.fs.ReadOnly = true }},
+		{"limits", "-o max_files_per_user=100,rejected_max=2G,rejected_user_max=512K b m", func(c *mountConfig) {
+			c.fs.MaxFilesPerUser, c.fs.RejectedMax, c.fs.RejectedUserMax = 100, 2<<30, 512<<10
+		}},
+		{"size without unit", "-o rejected_max=4096 b m", func(c *mountConfig) { c.fs.RejectedMax = 4096 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +55,8 @@ func TestParseMountArgsErrors(t *testing.T) {
 	for _, args := range []string{
 		"", "b", "b m x", "-o", "-o nope b m", "-o lock_timeout=-1s b m",
 		"-o max_waiters=two b m", "-o durability b m", "-o debug=1 b m", "--bogus b m",
+		"-o max_files_per_user=-1 b m", "-o rejected_max=0 b m", "-o rejected_max=1T b m",
+		"-o rejected_user_max=M b m", "-o rejected_max=99999999999G b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))

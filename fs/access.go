@@ -10,14 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mayOpen checks that the caller may open an existing file with flags,
-// from its mode bits, as the kernel's may_open does. The kernel skips
-// its own check when it believes an O_CREAT open made the file, so an
-// open that found the file there already (put there directly in BACKING
-// between the kernel's lookup and the create) must be checked here.
-// ACLs are not consulted: such an open is refused unless the mode bits
-// allow it.
-func mayOpen(ctx context.Context, st *unix.Stat_t, flags uint32) error {
+// mayOpen checks that the caller may open the existing file fd (stat
+// st) with flags, as the kernel's may_open does: from its access ACL if
+// it has one, else from its mode bits. The kernel skips its own check
+// when it believes an O_CREAT open made the file, so an open that found
+// the file there already (put there directly in BACKING between the
+// kernel's lookup and the create) must be checked here.
+func mayOpen(ctx context.Context, fd int, st *unix.Stat_t, flags uint32) error {
 	c, ok := fuse.FromContext(ctx)
 	if !ok || c.Uid == 0 {
 		return nil
@@ -28,6 +27,12 @@ func mayOpen(ctx context.Context, st *unix.Stat_t, flags uint32) error {
 	}
 	if isWrite(flags) || flags&syscall.O_TRUNC != 0 {
 		want |= 2
+	}
+	if acl := accessACL(fd); acl != nil {
+		if !aclAllows(acl, st, c, uint16(want)) {
+			return syscall.EACCES
+		}
+		return nil
 	}
 	perm := st.Mode & 7
 	switch {

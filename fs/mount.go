@@ -156,14 +156,18 @@ func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) 
 func (r *root) fuseOptions(backing string) *gofs.Options {
 	zero, entry := time.Duration(0), time.Second
 	mo := fuse.MountOptions{
-		AllowOther:         r.opts.AllowOther,
-		FsName:             backing,
-		Name:               "safefs",
-		DirectMount:        os.Geteuid() == 0,
-		Options:            []string{"default_permissions", "nosuid", "nodev"},
-		Debug:              r.opts.Debug,
-		Logger:             zap.NewStdLog(r.log.Named("fuse")),
-		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC,
+		AllowOther:  r.opts.AllowOther,
+		FsName:      backing,
+		Name:        "safefs",
+		DirectMount: os.Geteuid() == 0,
+		Options:     []string{"default_permissions", "nosuid", "nodev"},
+		Debug:       r.opts.Debug,
+		Logger:      zap.NewStdLog(r.log.Named("fuse")),
+		// The kernel enforces POSIX ACLs (read through getxattr); with
+		// DONT_MASK it leaves the umask to us, so that a default ACL can
+		// replace it as on a local file system (createMode).
+		EnableAcl:          true,
+		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_DONT_MASK,
 		DisableReadDirPlus: true,
 		MaxWrite:           1 << 20,
 	}

@@ -62,11 +62,11 @@ func (n *Node) ownNew(ctx context.Context, dir int, nm string) (unix.Stat_t, err
 }
 
 func (n *Node) Mkdir(ctx context.Context, nm string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.newEntry(ctx, nm, out, func(dir int) error { return mkdirAt(dir, nm, mode) })
+	return n.newEntry(ctx, nm, out, func(dir int) error { return mkdirAt(dir, nm, createMode(dir, mode)) })
 }
 
 func (n *Node) Mknod(ctx context.Context, nm string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.newEntry(ctx, nm, out, func(dir int) error { return mknodAt(dir, nm, mode, int(dev)) })
+	return n.newEntry(ctx, nm, out, func(dir int) error { return mknodAt(dir, nm, createMode(dir, mode), int(dev)) })
 }
 
 func (n *Node) Symlink(ctx context.Context, target, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

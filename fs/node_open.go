@@ -181,7 +181,7 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 	}
 	st, err := fstat(int(f.Fd()))
 	if err == nil && !created {
-		err = mayOpen(ctx, &st, flags)
+		err = mayOpen(ctx, int(f.Fd()), &st, flags)
 	}
 	if err != nil {
 		f.Close()
@@ -208,7 +208,7 @@ const staleVer = ^uint64(0)
 // createOrOpen creates nm for the caller, or without O_EXCL opens the
 // regular file some other process put there first.
 func (n *Node) createOrOpen(ctx context.Context, dir int, nm string, flags, mode uint32) (*os.File, bool, error) {
-	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, mode&07777)
+	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, createMode(dir, mode)&07777)
 	if errors.Is(err, unix.EEXIST) && flags&syscall.O_EXCL == 0 {
 		f, err := openRegular(dir, nm, unix.O_RDWR)
 		return f, false, err

@@ -27,3 +27,44 @@ func hasFh(ctx context.Context) bool {
 	c, ok := fuse.FromContext(ctx)
 	return !ok || c.Pid&noFh == 0
 }
+
+// With CAP_DONT_MASK the kernel leaves the caller's umask to us (see
+// createMode): the node operations get only a mode, so the umask rides
+// in its unused high bits.
+const (
+	umaskSent  = 1 << 31
+	umaskShift = 16
+)
+
+func withUmask(mode, umask uint32) uint32 {
+	return mode&0xffff | umaskSent | (umask&0o777)<<umaskShift
+}
+
+// splitUmask undoes withUmask; a mode that came without one is taken as
+// masked already (umask 0).
+func splitUmask(mode uint32) (uint32, uint32) {
+	if mode&umaskSent == 0 {
+		return mode, 0
+	}
+	return mode & 0xffff, mode >> umaskShift & 0o777
+}
+
+func (w rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	in.Mode = withUmask(in.Mode, in.Umask)
+	return w.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (w rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	in.Mode = withUmask(in.Mode, in.Umask)
+	return w.RawFileSystem.Tmpfile(cancel, in, out)
+}
+
+func (w rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	in.Mode = withUmask(in.Mode, in.Umask)
+	return w.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (w rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	in.Mode = withUmask(in.Mode, in.Umask)
+	return w.RawFileSystem.Mknod(cancel, in, name, out)
+}

@@ -33,7 +33,7 @@ func (n *Node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 }
 
 func (n *Node) tmpfile(ctx context.Context, dir int, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, *handle, error) {
-	fd, err := tmpfileAt(dir, mode&07777)
+	fd, err := tmpfileAt(dir, createMode(dir, mode)&07777)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -267,41 +267,6 @@ func aptRescue(t testing.TB, backing string) {
 	}
 }
 
-// aptAbort aborts the FUSE connection of dir with umount(MNT_FORCE), whose
-// umount_begin aborts a FUSE connection (the umount itself may then fail
-// with EBUSY: the mount stays, dead, and the test's cleanup unmounts it).
-// advAbortFuse goes through fusectl, which is not mounted on every machine
-// (/sys/fs/fuse/connections may be empty, as here): it alone may free
-// nothing.
-func aptAbort(t testing.TB, dir string) {
-	t.Helper()
-	err := unix.Unmount(dir, unix.MNT_FORCE)
-	t.Logf("umount(%s, MNT_FORCE) to abort the connection: %v", dir, err)
-}
-
-// aptCloexecFuse marks every /dev/fuse descriptor of this process
-// close-on-exec. go-fuse (v2.12.1, mountDirect) opens /dev/fuse without
-// O_CLOEXEC, so every process the test starts after a mount inherits the
-// daemon's connection: if the daemon dies with a request of such a child
-// pending, the child itself keeps the connection alive and waits for an
-// answer forever (D state, not even SIGKILL helps), and the mount stays.
-func aptCloexecFuse(t testing.TB) {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == "/dev/fuse" {
-			unix.CloseOnExec(fd)
-		}
-	}
-}
-
 // aptBounded is advBounded for a daemon that may be stuck in a commit: at
 // the deadline advHung saves the stacks, then the connection is aborted
 // with aptAbort (advHung's own abort needs fusectl) and the staging files
@@ -320,7 +285,7 @@ func aptBounded(t *testing.T, m *testfs.Mount, limit time.Duration, what string,
 	case <-time.After(limit):
 	}
 	advHung(t, m.Dir, what)
-	aptAbort(t, m.Dir)
+	advAbortFuse(t, m.Dir)
 	aptRescue(t, m.Backing)
 	select {
 	case <-done:
@@ -408,7 +373,7 @@ func aptWatch(t *testing.T, m *testfs.Mount) *aptMonitor {
 			if trip {
 				t.Errorf("disk: BACKING's files take %d bytes, the free space of its file system dropped by %d bytes (over 1 GiB; another process of the machine may have taken some): aborting the mount", usage, drop)
 				advAbortFuse(t, m.Dir)
-				aptAbort(t, m.Dir)
+				advAbortFuse(t, m.Dir)
 				aptRescue(t, m.Backing)
 			}
 			select {
@@ -445,7 +410,6 @@ func aptWatch(t *testing.T, m *testfs.Mount) *aptMonitor {
 func TestAdvAppendTruncateHuge(t *testing.T) {
 	m := testfs.New(t)
 	www := testfs.LookupUser(t, "www-data")
-	aptCloexecFuse(t)
 	// Cleanups run last-in first-out: this one before the unmount.
 	t.Cleanup(func() { aptRescue(t, m.Backing) })
 	if free := aptFree(t, m.Backing); free < 2<<30 {

@@ -409,7 +409,9 @@ func advCombined(t testing.TB, ctx context.Context, dir, what string, cmd *exec.
 }
 
 // advAbortFuse aborts the FUSE connection mounted on dir (found by its
-// device number in /proc/self/mountinfo, never by stat, which would hang).
+// device number in /proc/self/mountinfo, never by stat, which would hang)
+// through fusectl, or where fusectl is not mounted, by a forced unmount
+// of dir (which aborts the connection too).
 func advAbortFuse(t testing.TB, dir string) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
@@ -428,7 +430,12 @@ func advAbortFuse(t testing.TB, dir string) {
 		}
 		err := os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200)
 		t.Logf("aborted FUSE connection %s of %s: %v", minor, dir, err)
+		if err == nil {
+			return
+		}
 	}
+	err = unix.Unmount(dir, unix.MNT_FORCE)
+	t.Logf("umount(%s, MNT_FORCE) to abort the connection: %v", dir, err)
 }
 
 // advJournalLine frames v as one journal line, as journal.encodeLine does

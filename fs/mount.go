@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -150,7 +151,26 @@ func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) 
 		_ = srv.Unmount()
 		return nil, err
 	}
+	closeOnExec()
 	return srv, nil
+}
+
+// closeOnExec marks the daemon's /dev/fuse descriptors close-on-exec.
+// go-fuse opens it without O_CLOEXEC: a process the daemon starts (the
+// kill-check self-test, or the program embedding fs) would otherwise
+// hold the connection, keep the mount alive after the daemon dies, and
+// could read and answer its requests.
+func closeOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if l, lerr := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && lerr == nil && l == "/dev/fuse" {
+			unix.CloseOnExec(fd)
+		}
+	}
 }
 
 func (r *root) fuseOptions(backing string) *gofs.Options {

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/testfs"
 )
 
@@ -82,15 +84,26 @@ func TestAdvDeepPath(t *testing.T) {
 		t.Errorf("read through ..: %q %v", b, err)
 	}
 
-	// Beyond PATH_MAX relative to the mount root, by directory fds.
+	// Beyond PATH_MAX relative to the mount root, by directory fds, up
+	// to where the journal could not record a commit (64 KiB): the mkdir
+	// that would pass it is refused, ENAMETOOLONG, as is a file there.
 	dir, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	must(t, err)
+	defer func() { unix.Close(dir) }()
 	total := len(rel)
-	checkpoints := map[string]int{"8 KiB": 8 << 10, "70 KiB (past the journal's 64 KiB target limit)": 70 << 10}
-	for i := len(levels); total < 70<<10+300; i++ {
+	checkpoints := map[string]int{"8 KiB": 8 << 10, "60 KiB": 60 << 10}
+	for i := len(levels); ; i++ {
 		c := advComponent(i)
 		if err := unix.Mkdirat(dir, c, 0o755); err != nil {
-			t.Fatalf("mkdir at depth %d (%d bytes): %v", i, total, err)
+			if total+1+len(c) <= journal.MaxTarget || err != unix.ENAMETOOLONG {
+				t.Errorf("mkdir at depth %d (%d bytes): %v", i, total+1+len(c), err)
+			}
+			t.Logf("mkdir at depth %d (%d bytes): %v", i, total+1+len(c), err)
+			break
+		}
+		if total+1+len(c) > journal.MaxTarget {
+			t.Errorf("mkdir at depth %d made a directory %d bytes deep: past the journal's limit", i, total+1+len(c))
+			break
 		}
 		next, err := unix.Openat(dir, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		must(t, err)
@@ -105,21 +118,18 @@ func TestAdvDeepPath(t *testing.T) {
 			werr := advWriteAt(dir, "leaf", "at "+what)
 			got, rerr := advReadAt(dir, "leaf")
 			t.Logf("file at %d bytes below the mount root (%s): close %v; reads %q %v", total+5, what, werr, got, rerr)
-			switch {
-			case werr == nil && got != "at "+what:
-				t.Errorf("%s: close succeeded but the file holds %q", what, got)
-			case werr != nil && rerr == nil && got != "":
-				t.Errorf("%s: close failed (%v) but the file holds %q: partial commit", what, werr, got)
-			case werr != nil && total < 64<<10:
-				t.Errorf("%s: a file %d bytes deep cannot be written: %v", what, total, werr)
-			case werr != nil:
-				// Past the journal's limit on a target's length a commit is
-				// refused; it must be refused cleanly (previous version kept).
-				t.Logf("note: commit refused past the journal's target limit: %v", werr)
+			if werr != nil || got != "at "+what {
+				t.Errorf("%s: a file %d bytes deep: write %v, reads %q %v", what, total+5, werr, got, rerr)
 			}
 		}
 	}
-	unix.Close(dir)
+	if len(checkpoints) > 0 {
+		t.Errorf("never reached %v", checkpoints)
+	}
+	// The mkdir of a 200-byte name failed, so a 255-byte one is past too.
+	if err := advWriteAt(dir, strings.Repeat("x", 255), "x"); advErrno(err) != syscall.ENAMETOOLONG {
+		t.Errorf("a file %d bytes deep: %v, want ENAMETOOLONG at create", total+256, err)
+	}
 }
 
 // TestAdvDotDot: `..` components are resolved by the kernel; what reaches

@@ -268,10 +268,9 @@ func aptRescue(t testing.TB, backing string) {
 }
 
 // aptBounded is advBounded for a daemon that may be stuck in a commit: at
-// the deadline advHung saves the stacks, then the connection is aborted
-// with aptAbort (advHung's own abort needs fusectl) and the staging files
-// are cut (aptRescue) so that the daemon's commit fails at once and the
-// test can unmount.
+// the deadline advHung saves the stacks and aborts the connection, and
+// the staging files are cut (aptRescue) so that the daemon's commit fails
+// at once and the test can unmount.
 func aptBounded(t *testing.T, m *testfs.Mount, limit time.Duration, what string, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
@@ -285,7 +284,6 @@ func aptBounded(t *testing.T, m *testfs.Mount, limit time.Duration, what string,
 	case <-time.After(limit):
 	}
 	advHung(t, m.Dir, what)
-	advAbortFuse(t, m.Dir)
 	aptRescue(t, m.Backing)
 	select {
 	case <-done:

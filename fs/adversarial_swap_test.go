@@ -11,7 +11,6 @@ package fs_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -23,7 +22,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -122,25 +120,7 @@ type swpShell struct {
 	mnt   string // the mount its requests go to, for advHung
 	in    *os.File
 	lines chan string
-	errb  *swpBuf
-}
-
-// swpBuf is a bytes.Buffer safe for the exec package's copier.
-type swpBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *swpBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *swpBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	errb  *syncBuffer
 }
 
 // swpStart starts a shell as c (nil: root) with umask 022. It is stopped
@@ -160,7 +140,7 @@ func swpStart(t testing.TB, c *testfs.Cred, who, mnt string) *swpShell {
 	must(t, err)
 	outR, outW, err := os.Pipe()
 	must(t, err)
-	s := &swpShell{t: t, who: who, mnt: mnt, in: inW, lines: make(chan string, 16), errb: &swpBuf{}}
+	s := &swpShell{t: t, who: who, mnt: mnt, in: inW, lines: make(chan string, 16), errb: &syncBuffer{}}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, s.errb
 	if err := cmd.Start(); err != nil {
 		cancel()

@@ -25,7 +25,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -248,7 +247,7 @@ func TestContractAppenders(t *testing.T) {
 
 	ps := make([]Perl, appendProcs)
 	for i := range ps {
-		ps[i] = Perl{Script: "appender.pl", As: &www, Limit: 2 * time.Minute,
+		ps[i] = Perl{Script: "appender.pl", As: &www,
 			Args: []string{file, strconv.Itoa(i), strconv.Itoa(appendRuns), strconv.Itoa(appendLines)}}
 	}
 	outs := runAll(t, ps)
@@ -327,7 +326,7 @@ func TestContractRewriteWhileReading(t *testing.T) {
 
 	var readers []Perl
 	for range readerProcs {
-		readers = append(readers, Perl{Script: "reader.pl", As: &www, Limit: 2 * time.Minute,
+		readers = append(readers, Perl{Script: "reader.pl", As: &www,
 			Args: []string{file, stop, strconv.Itoa(readerMin)}})
 	}
 	var rOuts []string
@@ -336,7 +335,7 @@ func TestContractRewriteWhileReading(t *testing.T) {
 
 	var writers []Perl
 	for i := range rewriteProcs {
-		writers = append(writers, Perl{Script: "rewriter.pl", As: &www, Limit: 2 * time.Minute,
+		writers = append(writers, Perl{Script: "rewriter.pl", As: &www,
 			Args: []string{file, strconv.Itoa(i + 1), strconv.Itoa(rewriteRuns)}})
 	}
 	wOuts := runAll(t, writers)
@@ -365,7 +364,7 @@ type proc struct {
 
 func start(t *testing.T, p Perl) *proc {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hangLimit)
 	pr := &proc{cancel: cancel}
 	pr.cmd = p.Command(ctx)
 	var err error

@@ -142,9 +142,8 @@ func (n *Node) stat() (unix.Stat_t, error) {
 }
 
 // statNamed stats f's committed version through a name that still leads
-// to it. A name racing a rename may already lead to the next file.
-// A stat needs no fd: the attributes it returns are those of the inode
-// it checked.
+// to it (a name racing a rename may already lead to the next file). No
+// fd is needed: the attributes returned are those of the inode checked.
 func (n *Node) statNamed() (unix.Stat_t, error) {
 	for range staleTries { // see findNamed
 		for _, o := range n.f.nameList() {

@@ -21,6 +21,13 @@ import (
 // ErrBusy means another safefs already serves this backing directory.
 var ErrBusy = errors.New("backing directory is already served by another safefs")
 
+// ErrKillCheck means the kill-check self-test failed at mount: writers
+// killed by a signal would commit (the daemon cannot read its callers in
+// /proc, e.g. it runs in a pid namespace of its own with the host's
+// /proc). Mount with KillCheck off to run without that promise.
+var ErrKillCheck = errors.New("kill-check self-test failed: a writer killed by a signal would commit; " +
+	"mount with -o kill_check=off to run without that check")
+
 // Server is a mounted safefs.
 type Server struct {
 	srv    *fuse.Server
@@ -134,8 +141,12 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.jr.Close()
 		return nil, err
 	}
-	if r.opts.KillCheck && !r.opts.ReadOnly {
-		r.killCheckSelfTest(mountpoint)
+	if r.opts.KillCheck && !r.opts.ReadOnly && !r.killCheckSelfTest(mountpoint) {
+		// Serving would break a promise silently: the operator decides.
+		_ = srv.Unmount()
+		srv.Wait()
+		r.jr.Close()
+		return nil, ErrKillCheck
 	}
 	return &Server{srv: srv, r: r, unlock: s.unlock}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -33,8 +34,10 @@ type root struct {
 	log     *zap.Logger
 	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
 	count   counters
-	files   *fileSlots
-	kept    *keptBytes // what rejected/ holds, per writing uid
+	// selfTestSeen: the kill-check self-test's probe was seen killed.
+	selfTestSeen atomic.Bool
+	files        *fileSlots
+	kept         *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog logLimit
 }

@@ -51,7 +51,7 @@ func Recover(dir *os.File, t Targets, log *zap.Logger) (Summary, error) {
 	}
 	log.Info("recovery done", zap.Int("records", r.sum.Records), zap.Int("completed", r.sum.Completed),
 		zap.Int("rolled_back", r.sum.RolledBack), zap.Int("orphans", r.sum.Orphans),
-		zap.Int("refused", r.sum.Refused))
+		zap.Int("refused", r.sum.Refused), zap.Int("torn", r.sum.Torn))
 	return r.sum, nil
 }
 
@@ -139,6 +139,7 @@ func (r *recovery) read() ([]Record, error) {
 	}
 	r.sum.Records = s.records
 	r.sum.Refused += s.refused
+	r.sum.Torn = s.torn
 	return s.cut(), nil
 }
 

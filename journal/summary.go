@@ -6,5 +6,8 @@ type Summary struct {
 	Completed  int // cut-off commits found already complete (replayed forward)
 	RolledBack int // cut-off commits undone
 	Orphans    int // staging or undo files removed
-	Refused    int // lines or commits not acted on: torn, bad checksum, unsafe or changed target, bad undo
+	Refused    int // lines or commits not acted on: bad checksum, unsafe or changed target, bad undo
+	// Torn: a last line cut short, the normal trace of a crash during
+	// a journal write (its commit had not begun); not refused.
+	Torn int
 }

@@ -591,7 +591,7 @@ func TestAdvInternalTakeoverStagingSwap(t *testing.T) {
 	res, _ := attacker.ReadString('\n')
 	t.Logf("www-data's swap of the staging files: %s", strings.TrimSpace(res))
 	if err := f.Close(); err != nil {
-		t.Logf("root's close: %v", err)
+		t.Errorf("root's close: %v (its own staging file could not be touched)", err)
 	}
 	_ = cmd.Wait()
 

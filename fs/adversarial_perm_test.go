@@ -6,10 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -167,15 +170,35 @@ func TestAdvCreateOwnerUmask(t *testing.T) {
 		check(t, "w/l", unix.S_IFLNK, 0)
 	})
 	t.Run("create_setuid_mode", func(t *testing.T) {
-		// www-data may make its own file set-uid; what must never exist is
-		// a set-uid file owned by root (the daemon creates as root first).
-		ok(t, advOp(t, &www, "000", "create", m.Path("w", "suid"), "4755"))
-		st := advLstat(t, m.BackingPath("w", "suid"))
-		if st.Uid != www.Uid {
-			t.Errorf("owner %d, want www-data", st.Uid)
+		// www-data may make its own file set-uid (it is www-data's bit to
+		// set: the mount is nosuid, and BACKING lets www-data do the same).
+		// What the daemon must guarantee: the new file is www-data's, never
+		// root's, and it gets the mode the caller asked for (less its
+		// umask), exactly as BACKING gives www-data: README, threat model,
+		// "New files ... belong to the caller ... with the caller's umask";
+		// "The mount grants exactly what BACKING grants". The oracle is
+		// the same create done by www-data directly in BACKING.
+		for _, c := range []struct{ mode, umask string }{{"4755", "000"}, {"4755", "022"}, {"6755", "000"}} {
+			direct := advOp(t, &www, c.umask, "create", m.BackingPath("w", "direct-"+c.mode+"-"+c.umask), c.mode)
+			if direct.Errno != 0 {
+				t.Fatalf("the test is wrong: www-data cannot create its own file directly in BACKING: %v", direct.Errno)
+			}
+			want := advLstat(t, m.BackingPath("w", "direct-"+c.mode+"-"+c.umask))
+			nm := "suid-" + c.mode + "-" + c.umask
+			ok(t, advOp(t, &www, c.umask, "create", m.Path("w", nm), c.mode))
+			for _, p := range []string{m.BackingPath("w", nm), m.Path("w", nm)} {
+				st := advLstat(t, p)
+				if st.Uid != www.Uid || st.Gid != www.Gid {
+					t.Errorf("%s: owner %d:%d, want www-data %d:%d", p, st.Uid, st.Gid, www.Uid, www.Gid)
+				}
+				if st.Mode != want.Mode {
+					t.Errorf("%s: created by www-data with mode %s, umask %s: mode %04o; the same create directly in BACKING gives %04o",
+						p, c.mode, c.umask, st.Mode&07777, want.Mode&07777)
+				}
+			}
 		}
-		if st.Mode&07777 != 0o4755 {
-			t.Logf("note: created with mode 4755, got %04o (the daemon's chown to the caller clears set-uid)", st.Mode&07777)
+		if s := swpSetuidRoot(t, m.Backing); len(s) != 0 {
+			t.Errorf("set-uid root files in BACKING after www-data's creates: %v", s)
 		}
 	})
 	t.Run("setgid_dir_group", func(t *testing.T) {
@@ -200,30 +223,195 @@ func TestAdvCreateOwnerUmask(t *testing.T) {
 			t.Errorf("content %q", b)
 		}
 	})
-	t.Run("rewrite_drops_setuid_root", func(t *testing.T) {
-		p := m.BackingPath("suidroot")
-		must(t, os.WriteFile(p, []byte("#!/bin/sh\nid\n"), 0o777))
-		must(t, unix.Chmod(p, 0o6777))
-		ok(t, advOp(t, &www, "", "write", m.Path("suidroot"), "#!/bin/sh\nexec /bin/sh\n"))
-		st := advLstat(t, p)
-		if st.Uid == 0 && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-			t.Errorf("www-data rewrote a set-id root file and it is still %04o, owned by root", st.Mode&07777)
+	// A root file www-data may write (0777) but must not run as root:
+	// set-uid and set-gid (group-executable), or a file capability. When
+	// www-data changes the content, the kernel drops those on any file
+	// system; through the mount each commit kind must too (README, promise
+	// 11), while the owner, group and the other mode bits carry over. The
+	// oracle for the mode is the same write by www-data directly in
+	// BACKING. Kinds: "replace" (one name, O_WRONLY over the content),
+	// "inplace" (two hard links: rewritten in place), "append" (O_APPEND).
+	const orig = "#!/bin/sh\nid\n"
+	kinds := []struct {
+		name  string
+		links int
+		op    string // vacWriteAs mode
+	}{{"replace", 1, "wronly"}, {"inplace", 2, "wronly"}, {"append", 1, "append"}}
+	for _, k := range kinds {
+		mk := func(t *testing.T, nm string, mode uint32) string {
+			p := m.BackingPath(nm)
+			must(t, os.WriteFile(p, []byte(orig), 0o777))
+			must(t, unix.Chmod(p, mode))
+			if k.links > 1 {
+				must(t, os.Link(p, p+".link"))
+			}
+			return p
+		}
+		want := func(content string) string { // what the write leaves
+			if k.op == "append" {
+				return orig + content
+			}
+			if len(content) < len(orig) {
+				return content + orig[len(content):]
+			}
+			return content
+		}
+		t.Run("rewrite_drops_setuid_root_"+k.name, func(t *testing.T) {
+			content := "#!/bin/sh\nexec /bin/sh\n"
+			direct := mk(t, "suidroot-direct-"+k.name, 0o6777)
+			if e := vacWriteAs(t, www, direct, k.op, content); e != 0 {
+				t.Fatalf("the test is wrong: www-data cannot write the 0777 file directly in BACKING: %v", e)
+			}
+			wantMode := advLstat(t, direct).Mode
+			if wantMode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+				t.Fatalf("the test is wrong: the kernel left %04o after www-data wrote directly", wantMode&07777)
+			}
+			p := mk(t, "suidroot-"+k.name, 0o6777)
+			events := vacWatch(t, p)
+			if e := vacWriteAs(t, www, m.Path(filepath.Base(p)), k.op, content); e != 0 {
+				t.Fatalf("www-data writing the 0777 file through the mount: %v", e)
+			}
+			// Never, not even for a moment, root's set-uid file with
+			// www-data's bytes in it: BACKING is not nosuid, anyone could
+			// run it there meanwhile (a plain write drops the bits before
+			// its first byte). inotify reports the changes of the inode in
+			// order: a content change (IN_MODIFY) before any change of its
+			// attributes (IN_ATTRIB) happened while it was still 6777 root.
+			for i, ev := range events() {
+				if ev&unix.IN_ATTRIB != 0 {
+					break
+				}
+				if ev&unix.IN_MODIFY != 0 {
+					t.Errorf("the %s commit changed the content of the 6777 root file before dropping set-uid (inotify event %d: modify before any attribute change)", k.name, i)
+					break
+				}
+			}
+			st := advLstat(t, p)
+			if st.Uid != 0 || st.Gid != 0 || st.Mode != wantMode {
+				t.Errorf("www-data changed a 6777 root file through the mount (%s commit): %d:%d %04o; want root's 0:0 and %04o, as the same write directly in BACKING",
+					k.name, st.Uid, st.Gid, st.Mode&07777, wantMode&07777)
+			}
+			if b, err := os.ReadFile(p); err != nil || string(b) != want(content) {
+				t.Errorf("content %q (%v), want %q", b, err, want(content))
+			}
+			if int(st.Nlink) != k.links {
+				t.Errorf("%d links after the commit, want %d", st.Nlink, k.links)
+			}
+		})
+		t.Run("rewrite_drops_file_capability_"+k.name, func(t *testing.T) {
+			p := mk(t, "capfile-"+k.name, 0o777)
+			// vfs_cap_data v2: magic|effective, permitted = CAP_NET_BIND_SERVICE (10).
+			capv, _ := hex.DecodeString("01000002" + "00040000" + "00000000" + "00000000" + "00000000")
+			if err := unix.Setxattr(p, "security.capability", capv, 0); err != nil {
+				vacSkip(t, "cannot set a file capability on %s: %v", p, err)
+			}
+			if got := vacXattr(t, p, "security.capability"); !bytes.Equal(got, capv) {
+				t.Fatalf("the test is wrong: security.capability reads back %x, want %x", got, capv)
+			}
+			if e := vacWriteAs(t, www, m.Path(filepath.Base(p)), k.op, "other binary"); e != 0 {
+				t.Fatalf("www-data writing the 0777 file through the mount: %v", e)
+			}
+			if b, err := os.ReadFile(p); err != nil || string(b) != want("other binary") {
+				t.Errorf("content %q (%v), want %q", b, err, want("other binary"))
+			}
+			if got := vacXattr(t, p, "security.capability"); got != nil {
+				t.Errorf("www-data changed a file with a capability (%s commit) and the capability is still there: %x", k.name, got)
+			}
+			if st := advLstat(t, p); st.Uid != 0 || st.Mode&07777 != 0o777 || int(st.Nlink) != k.links {
+				t.Errorf("after the write: %d:%d %04o, %d links; want root's 0777 with %d links", st.Uid, st.Gid, st.Mode&07777, st.Nlink, k.links)
+			}
+		})
+	}
+}
+
+// vacWriteAs writes text to path as c in one Perl process, and returns
+// the errno of the first step that failed (0: all done). mode: "wronly"
+// (O_WRONLY, at offset 0) or "append" (O_WRONLY|O_APPEND). Bounded: a
+// hang fails the test.
+func vacWriteAs(t *testing.T, c testfs.Cred, path, mode, text string) syscall.Errno {
+	t.Helper()
+	const script = `
+use strict; use Fcntl;
+my ($path, $mode, $text) = @ARGV;
+my $flags = $mode eq "append" ? O_WRONLY|O_APPEND : O_WRONLY;
+my $f;
+if (sysopen($f, $path, $flags) && syswrite($f, $text) == length($text) && close($f)) { print "OK\n" }
+else { print "ERR ", $!+0, "\n" }
+`
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := testfs.AsUser(execCmd(ctx, "perl", "-e", script, path, mode, text), c).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("writing %s as uid %d: no answer within the deadline (hung)", path, c.Uid)
+	}
+	line := strings.TrimSpace(string(out))
+	if err != nil || !strings.HasPrefix(line, "OK") && !strings.HasPrefix(line, "ERR ") {
+		t.Fatalf("writing %s as uid %d: %v: %s", path, c.Uid, err, out)
+	}
+	var e int
+	if _, err := fmt.Sscanf(line, "ERR %d", &e); err == nil {
+		return syscall.Errno(e)
+	}
+	return 0
+}
+
+// vacWatch watches the inode of p with inotify for content changes
+// (IN_MODIFY) and attribute changes (IN_ATTRIB). The function it returns
+// stops watching and gives the masks of the events since, in order
+// (inotify merges a repeat of the last event into it). An overflowed
+// queue fails the test: the order would be unknown.
+func vacWatch(t *testing.T, p string) func() []uint32 {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	must(t, err)
+	if _, err := unix.InotifyAddWatch(fd, p, unix.IN_MODIFY|unix.IN_ATTRIB|unix.IN_DONT_FOLLOW); err != nil {
+		unix.Close(fd)
+		t.Fatalf("inotify watch of %s: %v", p, err)
+	}
+	done := false
+	t.Cleanup(func() {
+		if !done {
+			unix.Close(fd)
 		}
 	})
-	t.Run("rewrite_drops_file_capability", func(t *testing.T) {
-		p := m.BackingPath("capfile")
-		must(t, os.WriteFile(p, []byte("binary"), 0o777))
-		must(t, os.Chmod(p, 0o777))
-		// vfs_cap_data v2: magic|effective, permitted = CAP_NET_BIND_SERVICE (10).
-		capv, _ := hex.DecodeString("01000002" + "00040000" + "00000000" + "00000000" + "00000000")
-		if err := unix.Setxattr(p, "security.capability", capv, 0); err != nil {
-			t.Skipf("cannot set a file capability here: %v", err)
+	return func() []uint32 {
+		t.Helper()
+		defer func() { done = true; unix.Close(fd) }()
+		var masks []uint32
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := unix.Read(fd, buf)
+			if err == unix.EAGAIN {
+				return masks
+			}
+			if err != nil {
+				t.Fatalf("inotify read: %v", err)
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+					t.Fatalf("inotify queue overflowed: the order of changes is unknown")
+				}
+				masks = append(masks, ev.Mask)
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
 		}
-		ok(t, advOp(t, &www, "", "write", m.Path("capfile"), "other binary"))
-		if _, err := unix.Getxattr(p, "security.capability", make([]byte, 64)); err == nil {
-			t.Errorf("www-data rewrote a file with a capability and the capability is still there")
-		}
-	})
+	}
+}
+
+// vacXattr returns the value of the extended attribute name of p (not
+// following a symlink), or nil if p has none by that name.
+func vacXattr(t testing.TB, p, name string) []byte {
+	t.Helper()
+	buf := make([]byte, 64<<10)
+	n, err := unix.Lgetxattr(p, name, buf)
+	if err == unix.ENODATA {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("getxattr %s %s: %v", p, name, err)
+	}
+	return buf[:n]
 }
 
 // TestAdvCreateRaceExistingFile: www-data opens a name with O_CREAT

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/fs"
 	"github.com/safefs/safefs/testfs"
 )
 
@@ -124,6 +125,9 @@ func TestAdvSymlinkSwapRace(t *testing.T) {
 	t.Logf("www-data: %s; swaps: %d", strings.TrimSpace(string(out)), swaps.Load())
 	if !bytes.Contains(out, []byte("DONE ok=")) || bytes.Contains(out, []byte("ok=0 ")) {
 		t.Errorf("the workload never succeeded: the race proved nothing")
+	}
+	if swaps.Load() == 0 {
+		t.Errorf("no swap was completed while the workload ran: the race proved nothing")
 	}
 
 	advSameTree(t, "sentinel outside BACKING", before, advSnapshot(t, sent))
@@ -242,12 +246,22 @@ func TestAdvSymlinkWriteTarget(t *testing.T) {
 		stillLinks(t)
 	})
 	t.Run("outside_root", func(t *testing.T) {
-		// Root's own path resolution: the write lands in the outside file
-		// (the host resolves /abs/path), not in BACKING, and never in
-		// place of the symlink.
-		must(t, write(m.Path("lnk_out"), os.O_WRONLY|os.O_TRUNC, "written through lnk_out\n"))
-		if b, _ := os.ReadFile(filepath.Join(outside, "file")); string(b) != "written through lnk_out\n" {
-			t.Logf("note: outside file = %q", b)
+		// Root's own path resolution: safefs answers READLINK with the
+		// link's text and the kernel resolves the absolute target on the
+		// host, as on any file system, so the write lands in the outside
+		// file, with root's rights, and safefs never sees it. What the
+		// daemon must not do: replace the symlink with a regular file,
+		// or stage or commit the bytes anywhere in BACKING.
+		const text = "written through lnk_out\n"
+		must(t, write(m.Path("lnk_out"), os.O_WRONLY|os.O_TRUNC, text))
+		if b, err := os.ReadFile(filepath.Join(outside, "file")); err != nil || string(b) != text {
+			t.Errorf("root writing through an absolute symlink to a file outside the mount: that file holds %q (%v), want %q, as on any file system", b, err, text)
+		}
+		if held := swpHolding(t, m.Backing, []byte(text)); len(held) != 0 {
+			t.Errorf("the bytes written through lnk_out are in BACKING at %v: the daemon took part in a write the kernel resolved outside the mount", held)
+		}
+		if st, err := os.Lstat(filepath.Join(outside, "file")); err != nil || !st.Mode().IsRegular() {
+			t.Errorf("the outside file is no longer a regular file: %v %v", st, err)
 		}
 		stillLinks(t)
 	})
@@ -267,21 +281,31 @@ func TestAdvSymlinkWriteTarget(t *testing.T) {
 	}{{"replace", os.O_WRONLY | os.O_TRUNC}, {"rdwr", os.O_RDWR}, {"append", os.O_WRONLY | os.O_APPEND}} {
 		t.Run("swapped_while_open_"+mode.name, func(t *testing.T) {
 			nm := "g_" + mode.name
+			pending := "pending " + mode.name + "\n" // longer than "g\n": the rdwr version is these bytes
 			must(t, os.WriteFile(m.BackingPath(nm), []byte("g\n"), 0o644))
 			f, err := os.OpenFile(m.Path(nm), mode.flags, 0)
 			must(t, err)
-			_, err = f.WriteString("pending\n")
+			_, err = f.WriteString(pending)
 			must(t, err)
 			must(t, os.Rename(m.BackingPath(nm), m.BackingPath(nm+".away")))
 			must(t, os.Symlink(filepath.Join(sent, "f"), m.BackingPath(nm)))
 			err = f.Close()
-			t.Logf("close after the swap: %v", err)
 			got, lerr := os.Readlink(m.BackingPath(nm))
 			if lerr != nil || got != filepath.Join(sent, "f") {
 				t.Errorf("BACKING/%s: the symlink was replaced (%q, %v); close said %v", nm, got, lerr, err)
 			}
-			if err == nil {
-				t.Errorf("close reported success, but the write could not be committed anywhere safe")
+			// README, errno table: close() gets ESTALE when the file's name
+			// now leads to another file; the previous version stays (here
+			// under the name it was moved to) and the pending bytes are
+			// kept in .safefs/rejected/.
+			if advErrno(err) != syscall.ESTALE {
+				t.Errorf("close after the name became a symlink in BACKING: %v, want ESTALE (the write could not be committed anywhere safe)", err)
+			}
+			if b, err := os.ReadFile(m.BackingPath(nm + ".away")); err != nil || string(b) != "g\n" {
+				t.Errorf("the file the writer opened (moved to %s.away in BACKING) holds %q (%v), want its previous version %q", nm, b, err, "g\n")
+			}
+			if kept := swpHolding(t, filepath.Join(m.Backing, fs.InternalDir, "rejected"), []byte(pending)); len(kept) != 1 {
+				t.Errorf("the refused commit's bytes %q are in %d files of .safefs/rejected/ (%v), want 1", pending, len(kept), kept)
 			}
 		})
 	}

@@ -88,10 +88,13 @@ func (v named) reopen(flags int) (*os.File, error) {
 // left to keep. One line is logged, at most a few per interval.
 func (h *handle) reject(why error) error {
 	r := h.n.r
-	r.count.rejected.Add(1)
 	if h.stage == nil {
+		// Failed after its rename: the new version is in place, but
+		// its directory's fsync failed: it may not survive a crash.
+		r.log.Error("commit made but not durable", zap.String("path", logPath(h.n.path())), zap.Error(why))
 		return lockErrno(why)
 	}
+	r.count.rejected.Add(1)
 	kept := h.keep()
 	if ok, skipped := r.rejectLog.allow(); ok {
 		r.log.Warn("commit rejected, previous version kept", zap.String("path", logPath(h.n.path())), zap.Error(why),
@@ -149,6 +152,15 @@ func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 	if err != nil {
 		return err
 	}
+	// Everything that can fail goes before the rename: after it the
+	// commit is made and a failure could only be reported, not undone.
+	syncDir := -1
+	if r.opts.Durable {
+		if syncDir, err = unix.Openat(v.dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return err
+		}
+		defer unix.Close(syncDir)
+	}
 	r.crash("replace-before-rename")
 	r.ids.alias(h.n.f, keyOf(&st))
 	if err := renameAt(r.stagingfd, h.stageNm, v.dir, v.nm, 0); err != nil {
@@ -161,8 +173,8 @@ func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 	h.setBase(h.stage, 0)
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	r.crash("replace-after-rename")
-	if r.opts.Durable {
-		if err := fsyncDir(v.dir); err != nil {
+	if syncDir >= 0 {
+		if err := unix.Fsync(syncDir); err != nil {
 			return fmt.Errorf("fsync directory: %w", err)
 		}
 	}
@@ -239,6 +251,9 @@ func (h *handle) commitInPlace(g *lockmgr.Grant, v named) error {
 
 func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 	r := h.n.r
+	if err := h.dropSetID(target, st); err != nil {
+		return err
+	}
 	if err := unix.Ftruncate(int(target.Fd()), 0); err != nil {
 		return err
 	}
@@ -246,13 +261,19 @@ func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 	if err := copyData(target, h.stage); err != nil {
 		return err
 	}
-	if mode := h.keptMode(st.Mode); mode != st.Mode&07777 {
-		if err := unix.Fchmod(int(target.Fd()), mode); err != nil {
-			return err
-		}
-	}
 	if r.opts.Durable {
 		return target.Sync()
+	}
+	return nil
+}
+
+// dropSetID takes set-uid (and set-gid) off a target written in place by a
+// non-root writer, before its content changes: the daemon writes as root,
+// so the kernel would not, and a set-uid root file holding a user's bytes
+// must never exist, not even for the length of the copy.
+func (h *handle) dropSetID(target *os.File, st *unix.Stat_t) error {
+	if mode := h.keptMode(st.Mode); mode != st.Mode&07777 {
+		return unix.Fchmod(int(target.Fd()), mode)
 	}
 	return nil
 }
@@ -296,6 +317,9 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 		OldSize: st.Size, Len: ps.Size, CRC: crc})
 	if err != nil {
 		return err
+	}
+	if err := h.dropSetID(target, &st); err != nil {
+		return h.undoAppend(e, fd, st.Size, err)
 	}
 	r.crash("append-begun")
 	if r.crashAt == "append-half" {

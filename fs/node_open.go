@@ -197,6 +197,9 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 	}
 	h, err := cn.newHandle(ctx, f, ver, flags)
 	if err != nil {
+		if created {
+			_ = unlinkAt(dir, nm, 0) // as if the open had failed first
+		}
 		return nil, nil, err
 	}
 	return in, h, nil
@@ -208,7 +211,12 @@ const staleVer = ^uint64(0)
 // createOrOpen creates nm for the caller, or without O_EXCL opens the
 // regular file some other process put there first.
 func (n *Node) createOrOpen(ctx context.Context, dir int, nm string, flags, mode uint32) (*os.File, bool, error) {
-	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, createMode(dir, mode)&07777)
+	// Made without set-id bits, which the chown to the caller would
+	// clear, and which a root-owned file must never have meanwhile; they
+	// are set once the file is the caller's (the kernel has already
+	// taken off a set-gid the caller may not have).
+	want := createMode(dir, mode) & 07777
+	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, want&^(unix.S_ISUID|unix.S_ISGID))
 	if errors.Is(err, unix.EEXIST) && flags&syscall.O_EXCL == 0 {
 		f, err := openRegular(dir, nm, unix.O_RDWR)
 		return f, false, err
@@ -216,7 +224,11 @@ func (n *Node) createOrOpen(ctx context.Context, dir int, nm string, flags, mode
 	if err != nil {
 		return nil, false, err
 	}
-	if err := n.own(ctx, dir, fd); err != nil {
+	err = n.own(ctx, dir, fd)
+	if err == nil && want&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		err = unix.Fchmod(fd, want)
+	}
+	if err != nil {
 		unix.Close(fd)
 		_ = unlinkAt(dir, nm, 0)
 		return nil, false, err

@@ -73,7 +73,7 @@ func commitOK(t *testing.T, mode, file string, data []byte) {
 
 // recoverSummary is what `safefs recover` prints.
 type recoverSummary struct {
-	Records, Completed, RolledBack, Orphans, Refused int
+	Records, Completed, RolledBack, Orphans, Refused, Torn int
 }
 
 // recoverBacking runs `safefs recover backing`, requires exit 0 and returns
@@ -94,7 +94,7 @@ func parseSummary(out string) (recoverSummary, error) {
 	var s recoverSummary
 	fields := map[string]*int{
 		"records": &s.Records, "completed": &s.Completed, "rolled back": &s.RolledBack,
-		"orphans": &s.Orphans, "refused": &s.Refused,
+		"orphans": &s.Orphans, "refused": &s.Refused, "torn": &s.Torn,
 	}
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(strings.NewReader(out))

@@ -1,9 +1,10 @@
 package main
 
 // Crash-load test: the daemon is killed with SIGKILL at a random moment
-// under a concurrent Perl workload (testdata/crashload.pl), round after
-// round; after each, `safefs recover` must leave only whole versions,
-// and every commit whose close() returned success must be there.
+// (after the round's first acknowledged commit of each kind) under a
+// concurrent Perl workload (testdata/crashload.pl), round after round;
+// after each, `safefs recover` must leave only whole versions, and every
+// commit whose close() returned success must be there.
 
 import (
 	"crypto/md5"
@@ -353,6 +354,13 @@ func TestCrashLoad(t *testing.T) {
 
 		p := startMountWith(t, backing, mnt, "")
 		w, out := startLoad(t, mnt, tag, 30)
+		// The kill comes a random delay after the round's first commit of
+		// each kind is acknowledged, not after the start: on a loaded
+		// machine a delay from the start can end before perl has committed
+		// anything, and such a round checks no acknowledged commit. (A
+		// kill cutting a round's very first commit is left to the crash
+		// test, which cuts one commit at every crash point.)
+		cptWaitAcked(t, w, out)
 		time.Sleep(delay)
 		out.breakNow()
 		require.NoError(t, p.cmd.Process.Kill())
@@ -367,6 +375,16 @@ func TestCrashLoad(t *testing.T) {
 		}
 		t.Logf("round %d: acked %d counter, %d append and %d rewrite commits", round,
 			countAll(a.Counter), sumAll(a.Append), sumRewrites(a.Rewrite))
+		// The minimum: at least one acknowledged commit of each kind the
+		// workload makes (a counter increment and a rewrite, both replace
+		// commits, and an append), so that a daemon that commits nothing,
+		// or never completes one kind, cannot pass: every check below
+		// compares the files with the acknowledged commits, and with none
+		// they would hold whatever the previous round left. One, not more:
+		// any larger count would be a rate, which a loaded machine may
+		// not reach. cptWaitAcked waited for these before the kill (and
+		// failed the test if they never came); this states the minimum.
+		cptRequireAcked(t, fmt.Sprintf("round %d", round), a)
 
 		s := recoverBacking(t, backing)
 		t.Logf("round %d: recover %+v", round, s)
@@ -477,4 +495,36 @@ func sumRewrites(m map[string]rwVersion) int {
 func tail(s string, n int) string {
 	lines := strings.SplitAfter(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "")
+}
+
+// cptRequireAcked fails unless a holds at least one acknowledged counter
+// increment, append and rewrite.
+func cptRequireAcked(t *testing.T, what string, a acks) {
+	t.Helper()
+	assert.GreaterOrEqual(t, countAll(a.Counter), 1, "%s: no counter increment was acknowledged", what)
+	assert.GreaterOrEqual(t, sumAll(a.Append), 1, "%s: no append was acknowledged", what)
+	assert.GreaterOrEqual(t, len(a.Rewrite), 1, "%s: no rewrite was acknowledged", what)
+}
+
+// cptWaitAcked waits until the workload has acknowledged at least one
+// commit of each kind. The deadline only guards against a hang (a daemon
+// that commits nothing): it fails the test, with the workload's output.
+func cptWaitAcked(t *testing.T, w *proc, out *loadOutput) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		a := out.snapshot()
+		if countAll(a.Counter) > 0 && sumAll(a.Append) > 0 && len(a.Rewrite) > 0 {
+			return
+		}
+		select {
+		case <-w.exited:
+			t.Fatalf("the workload ended before a commit of each kind was acknowledged; output:\n%s", out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no commit of each kind acknowledged after %v; workload output:\n%s", waitLimit, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -52,4 +52,5 @@ func printSummary(w io.Writer, s journal.Summary) {
 	fmt.Fprintf(w, "rolled back: %d\n", s.RolledBack)
 	fmt.Fprintf(w, "orphans:     %d\n", s.Orphans)
 	fmt.Fprintf(w, "refused:     %d\n", s.Refused)
+	fmt.Fprintf(w, "torn:        %d\n", s.Torn)
 }

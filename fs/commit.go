@@ -245,8 +245,12 @@ func (h *handle) commitInPlace(g *lockmgr.Grant, v named) error {
 	}
 	settled = true
 	r.crash("inplace-written")
+	// The record ends first: what follows is cleanup, and a crash there
+	// leaves orphans that recovery sweeps, never an undo to replay.
+	err = e.Commit()
+	r.crash("inplace-ended")
 	h.discard()
-	return e.Commit()
+	return err
 }
 
 func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
@@ -336,8 +340,11 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	if err != nil {
 		return h.undoAppend(e, fd, st.Size, err)
 	}
+	r.crash("append-synced")
+	err = e.Commit()
+	r.crash("append-ended")
 	h.discard()
-	return e.Commit()
+	return err
 }
 
 // appendChunk is how much an append copies between checks that its

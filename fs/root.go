@@ -57,8 +57,8 @@ func (r *root) crash(point string) {
 // the daemon, in commit order for each kind.
 var CrashPoints = []string{
 	"replace-staged", "replace-before-rename", "replace-after-rename", "replace-dir-synced",
-	"inplace-undo-saved", "inplace-begun", "inplace-truncated", "inplace-written",
-	"append-begun", "append-half", "append-written",
+	"inplace-undo-saved", "inplace-begun", "inplace-truncated", "inplace-written", "inplace-ended",
+	"append-begun", "append-half", "append-written", "append-synced", "append-ended",
 }
 
 // dropTemp closes and removes a staging or undo file.

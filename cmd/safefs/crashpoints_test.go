@@ -68,18 +68,11 @@ const cptTraceCalls = "write,pwrite64,writev,pwritev,pwritev2,ftruncate,fallocat
 // listed, not hidden: a new gap fails the test, and so does an entry here
 // that is no longer a gap (a crash point was added: remove the entry).
 var cptKnownGaps = map[string]string{
-	// Both: the staging file is gone, the record still open. Recovery
-	// restores the undo copy (inplace) or keeps the appended bytes once
-	// their CRC verifies (append), as after inplace-written and
-	// append-written, which leave the staging file besides.
-	"inplace: unlinkat(staging) | write(journal)": "staging dropped, record still open",
-	"append: unlinkat(staging) | write(journal)":  "staging dropped, record still open",
-	// After append-written only the fdatasync, which a SIGKILL cannot
-	// tell from its absence, separates this state.
-	"append: fdatasync(target) | unlinkat(staging)": "appended bytes synced, staging not yet dropped",
-	// The record is ended but the undo copy is still there: recovery must
-	// remove it as an orphan of undo/. No crash point produces this state.
-	"inplace: fsync(journal) | unlinkat(undo)": "record ended, undo copy not yet removed",
+	// After inplace-ended the record is ended: removing the staging file
+	// and then the undo copy is cleanup. A crash between the two leaves
+	// an orphan undo/ file that recovery sweeps like any other, which
+	// inplace-ended (both left) already exercises.
+	"inplace: unlinkat(staging) | unlinkat(undo)": "record ended, staging gone, undo copy not yet removed",
 }
 
 // cptCall is a system call of the daemon that changed a file under

@@ -143,3 +143,14 @@ func (t *ids) current(f *file) key {
 	defer t.mu.Unlock()
 	return f.key
 }
+
+// all returns every logical file in the tables.
+func (t *ids) all() []*file {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*file, 0, len(t.byIno))
+	for _, f := range t.byIno {
+		out = append(out, f)
+	}
+	return out
+}

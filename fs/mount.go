@@ -240,6 +240,10 @@ func (s *Server) release() {
 			s.r.log.Warn("journal close", zap.Error(err))
 		}
 		s.unlock()
+		s.r.dirs.closeAll()
+		for _, f := range s.r.ids.all() {
+			f.dropGhost()
+		}
 		s.r.closeFds()
 	})
 }

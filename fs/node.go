@@ -50,6 +50,7 @@ func (n *Node) dirFd() (int, error) {
 		return -1, err
 	}
 	n.dirfd = fd
+	n.r.dirs.add(n)
 	return fd, nil
 }
 
@@ -105,13 +106,51 @@ func (n *Node) errno(err error) syscall.Errno {
 // OnForget drops the directory fd and, once nothing refers to the logical
 // file any more, its table entries.
 func (n *Node) OnForget() {
+	n.r.dirs.drop(n)
+	n.closeDir()
+	n.r.forget(n.f)
+}
+
+func (n *Node) closeDir() {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.dirfd >= 0 {
 		unix.Close(n.dirfd)
 		n.dirfd = -1
 	}
-	n.mu.Unlock()
-	n.r.forget(n.f)
+}
+
+// openDirs are the directory nodes holding an fd. The kernel need not
+// forget every inode before an unmount completes: release closes what
+// is left, so that nothing of BACKING stays open (busy) after it.
+type openDirs struct {
+	mu    sync.Mutex
+	nodes map[*Node]struct{}
+}
+
+func (d *openDirs) add(n *Node) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.nodes == nil {
+		d.nodes = map[*Node]struct{}{}
+	}
+	d.nodes[n] = struct{}{}
+}
+
+func (d *openDirs) drop(n *Node) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.nodes, n)
+}
+
+func (d *openDirs) closeAll() {
+	d.mu.Lock()
+	nodes := d.nodes
+	d.nodes = nil
+	d.mu.Unlock()
+	for n := range nodes {
+		n.closeDir()
+	}
 }
 
 // stat returns the attributes of f's current committed version.

@@ -37,6 +37,7 @@ type root struct {
 	// selfTestSeen: the kill-check self-test's probe was seen killed.
 	selfTestSeen atomic.Bool
 	files        *fileSlots
+	dirs         openDirs
 	kept         *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog logLimit

@@ -376,14 +376,23 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 			h.n.r.log.Warn("commit at release failed", zap.String("path", h.n.path()), zap.Error(err))
 		}
 	}
+	h.close()
+	return 0
+}
+
+// close drops the handle's pending version and its descriptors.
+func (h *handle) close() {
+	if h.closed {
+		return
+	}
 	h.discard()
 	h.n.f.dropHandle(h)
 	h.setBase(nil, 0)
 	h.first.Close()
 	h.closed = true
 	h.n.r.files.give(h.uid)
-	return 0
 }
+
 
 // deferTrunc reports whether a close whose only pending change is the
 // open's O_TRUNC should leave it pending: the closing process is not the

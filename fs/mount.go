@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -235,15 +236,22 @@ func (s *Server) Unmount() error {
 
 func (s *Server) release() {
 	s.once.Do(func() {
-		s.r.logStats()
-		if err := s.r.jr.Close(); err != nil {
-			s.r.log.Warn("journal close", zap.Error(err))
-		}
-		s.unlock()
-		s.r.dirs.closeAll()
-		for _, f := range s.r.ids.all() {
+		r := s.r
+		// The kernel need not release every handle nor forget every
+		// inode before an unmount completes: finish them here, so that
+		// nothing of BACKING stays open (busy) afterwards.
+		for _, f := range r.ids.all() {
+			for _, h := range f.handleList() {
+				h.Release(context.Background())
+			}
 			f.dropGhost()
 		}
-		s.r.closeFds()
+		r.dirs.closeAll()
+		r.logStats()
+		if err := r.jr.Close(); err != nil {
+			r.log.Warn("journal close", zap.Error(err))
+		}
+		s.unlock()
+		r.closeFds()
 	})
 }

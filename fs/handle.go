@@ -393,7 +393,6 @@ func (h *handle) close() {
 	h.n.r.files.give(h.uid)
 }
 
-
 // deferTrunc reports whether a close whose only pending change is the
 // open's O_TRUNC should leave it pending: the closing process is not the
 // one that opened the file (a child that inherited it and wrote nothing),

@@ -95,12 +95,6 @@ func closeIf(fd, keep int) {
 	}
 }
 
-// openDir opens a directory beneath dir as an O_PATH handle, used as the
-// dirfd of every later call on its entries.
-func openDir(dir int, name string) (int, error) {
-	return openAt(dir, name, unix.O_PATH|unix.O_DIRECTORY, 0)
-}
-
 func statAt(dir int, name string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	if err := checkName(name); err != nil {
@@ -135,18 +129,6 @@ func symlinkAt(target string, dir int, name string) error {
 		return err
 	}
 	return unix.Symlinkat(target, dir, name)
-}
-
-func readlinkAt(dir int, name string) (string, error) {
-	if err := checkName(name); err != nil {
-		return "", err
-	}
-	buf := make([]byte, unix.PathMax)
-	n, err := unix.Readlinkat(dir, name, buf)
-	if err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
 }
 
 // readlinkFd reads the symlink that an O_PATH|O_NOFOLLOW fd is.
@@ -190,29 +172,8 @@ func linkFd(fd int, newdir int, newname string) error {
 	return unix.Linkat(unix.AT_FDCWD, procPath(fd), newdir, newname, unix.AT_SYMLINK_FOLLOW)
 }
 
-// linkAt hard-links; without AT_SYMLINK_FOLLOW a symlink is linked itself.
-func linkAt(olddir int, oldname string, newdir int, newname string) error {
-	if err := checkName(oldname); err != nil {
-		return err
-	}
-	if err := checkName(newname); err != nil {
-		return err
-	}
-	return unix.Linkat(olddir, oldname, newdir, newname, 0)
-}
-
 // procPath names an O_PATH fd so that calls without an fd variant
 // (chmod, utimens, xattrs) act on exactly that inode.
 func procPath(fd int) string {
 	return "/proc/self/fd/" + strconv.Itoa(fd)
-}
-
-// withPath opens name in dir as O_PATH and runs fn on it.
-func withPath(dir int, name string, fn func(fd int) error) error {
-	fd, err := openAt(dir, name, unix.O_PATH, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return fn(fd)
 }

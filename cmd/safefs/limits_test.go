@@ -52,21 +52,6 @@ func resHasCap(t *testing.T, pid int, c uint) bool {
 	return false
 }
 
-// resTool finds a tool the test needs: missing, it skips, or fails
-// under CI.
-func resTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("no %s and CI is set: %v", name, err)
-	}
-	t.Skipf("no %s: %v", name, err)
-	return ""
-}
-
 // TestResDaemonRaisesNofile starts the real daemon under
 // `prlimit --nofile=200:4096` and reads its limits once mounted: the
 // soft limit must have been raised to the hard one. As root with
@@ -77,7 +62,7 @@ func resTool(t *testing.T, name string) string {
 func TestResDaemonRaisesNofile(t *testing.T) {
 	requireFuse(t)
 	requireRoot(t)
-	prlimit := resTool(t, "prlimit")
+	prlimit := requireTool(t, "prlimit")
 	nrOpen := uint64(0)
 	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
 		nrOpen, _ = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
@@ -91,7 +76,7 @@ func TestResDaemonRaisesNofile(t *testing.T) {
 		// (containers often drop it from the bounding set).
 		{"root", func(*testing.T) []string { return nil }, true},
 		{"without CAP_SYS_RESOURCE", func(t *testing.T) []string {
-			return []string{resTool(t, "setpriv"), "--bounding-set=-sys_resource", "--inh-caps=-sys_resource", "--"}
+			return []string{requireTool(t, "setpriv"), "--bounding-set=-sys_resource", "--inh-caps=-sys_resource", "--"}
 		}, false},
 	}
 	for _, tt := range tests {

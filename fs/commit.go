@@ -19,6 +19,8 @@ import (
 // version is kept in rejected/ for the operator.
 func (h *handle) commit() error {
 	r := h.n.r
+	r.commitsBegun.Add(1)
+	defer r.commitsEnded.Add(1)
 	ctx, cancel := lockContext(r)
 	defer cancel()
 	g, err := r.locks.Lock(ctx, h.n.f.ino)
@@ -39,6 +41,7 @@ func (h *handle) commit() error {
 		return h.reject(err)
 	}
 	h.n.f.bump()
+	h.n.f.uncache(h.n.EmbeddedInode())
 	r.count.commits.Add(1)
 	return nil
 }

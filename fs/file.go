@@ -31,6 +31,8 @@ type file struct {
 	handles map[*handle]struct{}
 	version uint64 // bumped by every commit
 	opened  uint64 // handles opened so far, for handle.seq
+	// cachedUntil: the kernel may hold f's attributes until then (ns).
+	cachedUntil int64
 }
 
 func newFile(ino uint64, kind uint32, k key) *file {

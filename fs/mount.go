@@ -199,7 +199,9 @@ func (r *root) fuseOptions(backing string) *gofs.Options {
 		// DONT_MASK it leaves the umask to us, so that a default ACL can
 		// replace it as on a local file system (createMode).
 		EnableAcl:          true,
-		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_DONT_MASK,
+		// DIRECT_IO_ALLOW_MMAP: shared maps work although every open is
+		// direct I/O (see mmapNote).
+		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_DONT_MASK | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		DisableReadDirPlus: true,
 		MaxWrite:           1 << 20,
 	}

@@ -290,11 +290,17 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 	if err != nil {
 		return nil, n.errno(err)
 	}
+	epoch, idle := n.r.commitEpoch()
 	st, err := n.statEntry(dir, nm)
 	if err != nil {
 		return nil, n.errno(err)
 	}
-	return n.child(ctx, nm, &st, out), 0
+	in := n.child(ctx, nm, &st, out)
+	if n.r.stable(epoch, idle) {
+		f := in.Operations().(*Node).f
+		out.SetAttrTimeout(f.attrTimeout(f.ver()))
+	}
+	return in, 0
 }
 
 // statEntry stats dir/nm for a lookup. An inode no logical file has yet
@@ -318,6 +324,7 @@ func (n *Node) statEntry(dir int, nm string) (st unix.Stat_t, err error) {
 // Without one (stat, fstat) it describes what the calling process most
 // likely reads (see callerHandle), else the committed version.
 func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ver := n.f.ver()
 	h, ok := fh.(*handle)
 	if !ok || !hasFh(ctx) {
 		h = n.callerHandle(ctx)
@@ -333,6 +340,7 @@ func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		return n.errno(err)
 	}
 	fillAttr(&out.Attr, &st, n.f.ino)
+	out.SetTimeout(n.f.attrTimeout(ver))
 	return 0
 }
 

@@ -36,6 +36,8 @@ type root struct {
 	count   counters
 	// selfTestSeen: the kill-check self-test's probe was seen killed.
 	selfTestSeen atomic.Bool
+	// commits begun and ended, for lookups' attribute TTL (commitEpoch)
+	commitsBegun, commitsEnded atomic.Uint64
 	files        *fileSlots
 	dirs         openDirs
 	kept         *keptBytes // what rejected/ holds, per writing uid

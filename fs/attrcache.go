@@ -1,0 +1,72 @@
+package fs
+
+import (
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
+)
+
+// attrTTL is how long the kernel may keep a file's attributes while
+// every process sees the same ones: as go-fuse's loopback and libfuse
+// do, so that a change made directly in BACKING shows within it.
+const attrTTL = time.Second
+
+// One kernel inode serves every version of a file and every process's
+// view of it (a writer sees its pending size), and the kernel caches
+// attributes per inode, not per process. So they are cached only while
+// all views agree: no handle open for writing, and every reader on the
+// committed version. Otherwise each stat asks the daemon (TTL 0), which
+// answers for the caller (callerHandle).
+
+// quiet reports whether every process sees f's committed attributes.
+// f.mu is held.
+func (f *file) quiet() bool {
+	for h := range f.handles {
+		// write is fixed at open, and a reader's baseVer too.
+		if h.write || h.baseVer != f.version {
+			return false
+		}
+	}
+	return true
+}
+
+// attrTimeout is the TTL for attributes of f read at version ver. The
+// check and the record of a TTL given are one step under f.mu: a writer
+// opening or a commit landing after it sees the record and uncaches.
+func (f *file) attrTimeout(ver uint64) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.kind == unix.S_IFREG && (f.version != ver || !f.quiet()) {
+		return 0
+	}
+	f.cachedUntil = max(f.cachedUntil, time.Now().Add(attrTTL).UnixNano())
+	return attrTTL
+}
+
+// uncache makes the kernel drop f's cached attributes (not its pages:
+// every open is direct I/O, and a new shared map drops them itself),
+// when it may hold some. Called when a writer opens and at each commit.
+func (f *file) uncache(in *gofs.Inode) {
+	f.mu.Lock()
+	held := f.cachedUntil > time.Now().UnixNano()
+	f.mu.Unlock()
+	if held {
+		// ENOENT: the kernel has forgotten the inode, nothing to drop.
+		_ = in.NotifyContent(-1, 0)
+	}
+}
+
+// commitEpoch is taken before a lookup stats a name whose file it does
+// not know yet; stable reports whether no commit ran since, so that
+// the stat describes a committed version.
+type commitEpoch uint64
+
+func (r *root) commitEpoch() (commitEpoch, bool) {
+	b := r.commitsBegun.Load()
+	return commitEpoch(b), r.commitsEnded.Load() == b
+}
+
+func (r *root) stable(e commitEpoch, idle bool) bool {
+	return idle && r.commitsBegun.Load() == uint64(e)
+}

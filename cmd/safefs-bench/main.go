@@ -47,12 +47,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	quick := fl.Bool("quick", false, "divide every count and size by 10 (smoke run)")
 	markdown := fl.Bool("markdown", false, "print a markdown table")
 	verbose := fl.Bool("v", false, "log progress to stderr")
-	cfg := config{seqSize: 1 << 30}
+	cfg := config{seqSize: 1 << 30, mmapSize: 64 << 20}
 	fl.IntVar(&cfg.createN, "create-n", 2000, "create-4k: files to create")
 	fl.IntVar(&cfg.rewriteN, "rewrite-n", 2000, "rewrite-4k: rewrites of the file")
-	fl.Var((*sizeFlag)(&cfg.seqSize), "seq-size", "seq-write, seq-read: file size (suffix K, M, G)")
+	fl.Var((*sizeFlag)(&cfg.seqSize), "seq-size", "seq-write, seq-read-*: file size (suffix K, M, G)")
+	fl.Var((*sizeFlag)(&cfg.mmapSize), "mmap-size", "mmap-read: file size (suffix K, M, G)")
 	fl.IntVar(&cfg.appendN, "append-n", 2000, "append-1m, append-1g: 100-byte appends")
-	fl.IntVar(&cfg.statN, "stat-n", 10000, "stat-10k: files to stat")
+	fl.IntVar(&cfg.statN, "stat-n", 2000, "stat: files to stat")
+	fl.IntVar(&cfg.statPasses, "stat-passes", 5, "stat: timed passes over the files")
+	fl.IntVar(&cfg.counterProcs, "counter-procs", 16, "naive-counter: processes at once")
+	fl.IntVar(&cfg.counterRuns, "counter-runs", 400, "naive-counter: increments per process")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -62,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *quick {
 		cfg.shrink()
 	}
-	if cfg.createN < 1 || cfg.rewriteN < 1 || cfg.appendN < 1 || cfg.statN < 1 || cfg.seqSize < 1 {
+	if !cfg.valid() {
 		return errors.New("counts and sizes must be positive")
 	}
 	tnames, err := pick(*targetsFlag, targetNames)
@@ -129,9 +133,9 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 			res[w.name][t.name] = r
 		}
 	}
-	writeTable(stdout, ws, tnames, res, markdown)
+	writeTable(stdout, ws, tnames, res, cfg, markdown)
 	if !dropped {
-		fmt.Fprintln(stdout, "\nnote: could not drop the page cache (root only): seq-read may be served from memory")
+		fmt.Fprintln(stdout, "\nnote: could not drop the page cache (needs root and a writable /proc/sys/vm/drop_caches): the cold rows may be served from memory")
 	}
 	if ctx.Err() != nil {
 		return errors.New("interrupted")
@@ -168,7 +172,10 @@ func runOne(ctx context.Context, w workload, t *target, cfg config) (r result, o
 	}
 	start := time.Now()
 	n, err := w.run(e)
-	r.value, r.err = n/time.Since(start).Seconds(), err
+	r.value, r.err = n, err
+	if w.total == nil {
+		r.value = n / time.Since(start).Seconds()
+	}
 	return r, ok
 }
 
@@ -206,8 +213,9 @@ func printFacts(w io.Writer, dir string, cfg config, markdown bool) {
 		"date:   " + time.Now().Format("2006-01-02 15:04:05 MST"),
 		fmt.Sprintf("kernel: %s %s, %d CPUs, %s", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]), runtime.NumCPU(), runtime.Version()),
 		fmt.Sprintf("dir:    %s (%s, %s free)", dir, fsType, sizeFlag(free)),
-		fmt.Sprintf("sizes:  create-4k %d files, rewrite-4k %d commits, seq %s in 1 MiB I/Os, append %d x 100 B, stat %d files",
-			cfg.createN, cfg.rewriteN, sizeFlag(cfg.seqSize), cfg.appendN, cfg.statN),
+		fmt.Sprintf("sizes:  create-4k %d files, rewrite-4k %d commits, seq %s in 1 MiB I/Os, mmap %s, append %d x 100 B, stat %d files x %d, counter %d x %d",
+			cfg.createN, cfg.rewriteN, sizeFlag(cfg.seqSize), sizeFlag(cfg.mmapSize), cfg.appendN, cfg.statN, cfg.statPasses, cfg.counterProcs, cfg.counterRuns),
+		"cells:  figure (ratio to backing, ratio to loopback)",
 	}
 	for _, l := range lines {
 		if markdown {

@@ -1,40 +1,33 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // result is one workload's figure on one target.
 type result struct {
-	value float64 // units per second
+	value float64 // units per second, or a count for rows with a total
 	err   error
 	ran   bool
 }
 
 // writeTable prints one row per workload and one column per target, each
-// cell "figure unit (ratio x)" with the ratio to the backing directory's figure.
-func writeTable(w io.Writer, ws []workload, targets []string, res map[string]map[string]result, markdown bool) {
+// cell "figure unit (r1x, r2x)" with the ratios to the backing directory's
+// and the loopback's figures, or "count/total" for rows that are not rates.
+func writeTable(w io.Writer, ws []workload, targets []string, res map[string]map[string]result, cfg config, markdown bool) {
 	grid := [][]string{append([]string{"workload"}, targets...)}
 	for _, wl := range ws {
 		row := []string{wl.name}
-		base, hasBase := res[wl.name]["backing"]
+		if wl.title != nil {
+			row[0] = wl.title(cfg)
+		}
 		for _, t := range targets {
-			r := res[wl.name][t]
-			var cell string
-			switch {
-			case !r.ran:
-				cell = "-"
-			case r.err != nil:
-				cell = "error"
-			default:
-				cell = figure(r.value) + " " + wl.unit
-				if hasBase && base.ran && base.err == nil && base.value > 0 {
-					cell += " (" + ratio(r.value/base.value) + "x)"
-				}
-			}
-			row = append(row, cell)
+			row = append(row, cell(wl, res[wl.name], t, cfg))
 		}
 		grid = append(grid, row)
 	}
@@ -43,6 +36,40 @@ func writeTable(w io.Writer, ws []workload, targets []string, res map[string]map
 	} else {
 		writePlain(w, grid)
 	}
+}
+
+// cell formats target t's result in one workload's results rs.
+func cell(wl workload, rs map[string]result, t string, cfg config) string {
+	r := rs[t]
+	switch {
+	case !r.ran:
+		return "-"
+	case r.err != nil:
+		return errCell(r.err)
+	case wl.total != nil:
+		return fmt.Sprintf("%.0f/%.0f", r.value, wl.total(cfg))
+	}
+	var ratios []string
+	for _, b := range []string{"backing", "loopback"} {
+		if base, ok := rs[b]; ok && base.ran && base.err == nil && base.value > 0 {
+			ratios = append(ratios, ratio(r.value/base.value)+"x")
+		} else {
+			ratios = append(ratios, "?")
+		}
+	}
+	return figure(r.value) + " " + wl.unit + " (" + strings.Join(ratios, ", ") + ")"
+}
+
+// errCell names the errno when there is one ("error: ENODEV"): the full
+// error goes to stderr.
+func errCell(err error) string {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		if name := unix.ErrnoName(errno); name != "" {
+			return "error: " + name
+		}
+	}
+	return "error"
 }
 
 // figure prints about three significant digits.

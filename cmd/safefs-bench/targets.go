@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -16,7 +17,24 @@ import (
 	safefs "github.com/safefs/safefs/fs"
 )
 
-var targetNames = []string{"backing", "loopback", "safefs", "safefs-none"}
+// safefsTargets are the safefs mounts, each the defaults with one edit:
+// a variant with other mount options is one more line here.
+var safefsTargets = []struct {
+	name string
+	edit func(o *safefs.Options)
+}{
+	{"safefs", func(o *safefs.Options) {}},
+	{"safefs-none", func(o *safefs.Options) { o.Durable = false }},
+}
+
+// targetNames lists every target in table order.
+var targetNames = func() []string {
+	names := []string{"backing", "loopback"}
+	for _, t := range safefsTargets {
+		names = append(names, t.name)
+	}
+	return names
+}()
 
 // target is one place the workloads run. Every target has its own fresh
 // directory root holding its backing directory raw and, for the FUSE
@@ -51,40 +69,68 @@ func newTarget(name, base string, log *zap.Logger) (_ *target, err error) {
 	if err := os.Mkdir(t.dir, 0o755); err != nil {
 		return nil, err
 	}
-	switch name {
-	case "loopback":
-		node, err := gofs.NewLoopbackRoot(t.raw)
-		if err != nil {
-			return nil, err
-		}
-		srv, err := gofs.Mount(t.dir, node, &gofs.Options{MountOptions: fuse.MountOptions{
-			DirectMount: os.Geteuid() == 0,
-			Name:        "loopback",
-		}})
-		if err != nil {
-			return nil, fmt.Errorf("mount loopback: %w", err)
-		}
-		t.unmount = func() error {
-			if err := srv.Unmount(); err != nil {
-				return err
-			}
-			srv.Wait()
-			return nil
-		}
-	case "safefs", "safefs-none":
-		o := safefs.DefaultOptions()
-		o.Durable = name == "safefs"
-		o.Log = log.Named(name).WithOptions(zap.IncreaseLevel(zap.WarnLevel))
-		srv, err := safefs.Mount(t.raw, t.dir, o)
-		if err != nil {
-			return nil, fmt.Errorf("mount %s: %w", name, err)
-		}
-		t.unmount = srv.Unmount
-	default:
-		return nil, fmt.Errorf("unknown target %q (want some of %s)", name, strings.Join(targetNames, ","))
+	if t.unmount, err = mountTarget(name, t.raw, t.dir, log); err != nil {
+		return nil, err
 	}
 	log.Info("mounted", zap.String("target", name), zap.String("mountpoint", t.dir))
 	return t, nil
+}
+
+// mountTarget mounts the FUSE target name of raw on dir and returns its unmount.
+func mountTarget(name, raw, dir string, log *zap.Logger) (func() error, error) {
+	if name == "loopback" {
+		return mountLoopback(raw, dir)
+	}
+	for _, st := range safefsTargets {
+		if st.name != name {
+			continue
+		}
+		o := safefs.DefaultOptions()
+		st.edit(&o)
+		o.Log = log.Named(name).WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+		srv, err := safefs.Mount(raw, dir, o)
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", name, err)
+		}
+		return srv.Unmount, nil
+	}
+	return nil, fmt.Errorf("unknown target %q (want some of %s)", name, strings.Join(targetNames, ","))
+}
+
+// mountLoopback mounts go-fuse's loopback as its example program does.
+func mountLoopback(raw, dir string) (func() error, error) {
+	node, err := gofs.NewLoopbackRoot(raw)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := gofs.Mount(dir, node, loopbackOptions(raw))
+	if err != nil {
+		return nil, fmt.Errorf("mount loopback: %w", err)
+	}
+	return func() error {
+		if err := srv.Unmount(); err != nil {
+			return err
+		}
+		srv.Wait()
+		return nil
+	}, nil
+}
+
+// loopbackOptions are those of go-fuse's example/loopback/main.go (v2.12.1),
+// so the figures are those its users see: 1 s attribute and entry
+// timeouts (libfuse's defaults), NullPermissions.
+func loopbackOptions(raw string) *gofs.Options {
+	sec := time.Second
+	return &gofs.Options{
+		AttrTimeout:     &sec,
+		EntryTimeout:    &sec,
+		NullPermissions: true,
+		MountOptions: fuse.MountOptions{
+			DirectMount: os.Geteuid() == 0,
+			FsName:      raw,
+			Name:        "loopback",
+		},
+	}
 }
 
 // close unmounts the target (lazily if a plain unmount keeps failing) and

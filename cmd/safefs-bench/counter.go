@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// naiveCounter is the unlocked read-modify-write of old CGI counters
+// (issue 11): open "<", read, close, open ">", write n+1, close. An open
+// that fails is the script's death, as in a CGI script that dies.
+const naiveCounter = `
+my ($file, $n) = @ARGV;
+for (1 .. $n) {
+    open(F, "<$file") or die "open <$file: $!\n";
+    my $c = <F>;
+    close(F);
+    open(F, ">$file") or die "open >$file: $!\n";
+    print F $c + 1, "\n";
+    close(F) or die "close $file: $!\n";
+}
+`
+
+func counterSetup(e *env) error {
+	return writeFile(e.path("count"), unix.O_CREAT|unix.O_TRUNC, []byte("0\n"))
+}
+
+// counterRun runs the processes at once on one file and returns the
+// increments the file kept.
+func counterRun(e *env) (float64, error) {
+	p := e.path("count")
+	cmds := make([]*exec.Cmd, e.cfg.counterProcs)
+	outs := make([]bytes.Buffer, len(cmds))
+	var errs []error
+	for i := range cmds {
+		cmds[i] = exec.CommandContext(e.ctx, "perl", "-e", naiveCounter, p, strconv.Itoa(e.cfg.counterRuns))
+		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
+		if err := cmds[i].Start(); err != nil {
+			errs = append(errs, err)
+			cmds[i] = nil
+		}
+	}
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		if err := c.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("counter process %d: %w: %s", i, err, strings.TrimSpace(outs[i].String())))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(string(b), "\n"))
+	if err != nil {
+		return 0, fmt.Errorf("%s holds %q, not a count", p, b)
+	}
+	return float64(n), nil
+}
+
+func counterTotal(c config) float64 { return float64(c.counterProcs * c.counterRuns) }
+
+func counterTitle(c config) string {
+	return fmt.Sprintf("naive counter, %d x %d: kept / expected", c.counterProcs, c.counterRuns)
+}

@@ -198,7 +198,7 @@ func (r *root) fuseOptions(backing string) *gofs.Options {
 		// The kernel enforces POSIX ACLs (read through getxattr); with
 		// DONT_MASK it leaves the umask to us, so that a default ACL can
 		// replace it as on a local file system (createMode).
-		EnableAcl:          true,
+		EnableAcl: true,
 		// DIRECT_IO_ALLOW_MMAP: shared maps work although every open is
 		// direct I/O (see mmapNote).
 		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_DONT_MASK | fuse.CAP_DIRECT_IO_ALLOW_MMAP,

@@ -38,9 +38,9 @@ type root struct {
 	selfTestSeen atomic.Bool
 	// commits begun and ended, for lookups' attribute TTL (commitEpoch)
 	commitsBegun, commitsEnded atomic.Uint64
-	files        *fileSlots
-	dirs         openDirs
-	kept         *keptBytes // what rejected/ holds, per writing uid
+	files                      *fileSlots
+	dirs                       openDirs
+	kept                       *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog logLimit
 }

@@ -22,15 +22,18 @@ import (
 // nsMount runs mount(8) with args in a private mount namespace where
 // /usr/local/sbin is the directory of the binary under test: libmount
 // clears PATH for mount.fuse3, whose /bin/sh then finds safefs only in
-// the shell's default PATH. pre, if not empty, runs first in that
-// namespace. A daemon it leaves keeps the namespace, and its mount, alive.
+// the shell's default PATH. /run/mount gets a tmpfs of its own, so that
+// libmount's utab entries (x-* options) stay in the namespace too. pre,
+// if not empty, runs first in that namespace. A daemon it leaves keeps the
+// namespace, and its mount, alive.
 func nsMount(t *testing.T, pre string, args ...string) result {
 	t.Helper()
 	requireTool(t, "unshare")
 	requireTool(t, "mount.fuse3")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	script := `mount --bind "$0" /usr/local/sbin && ` + pre + ` exec mount "$@"`
+	script := `mount --bind "$0" /usr/local/sbin && mkdir -p /run/mount && mount -t tmpfs utab /run/mount && ` +
+		pre + ` exec mount "$@"`
 	cmd := exec.CommandContext(ctx, "unshare", append([]string{"-m", "--propagation", "private",
 		"sh", "-c", script, filepath.Dir(safefsBin)}, args...)...)
 	var stdout, stderr bytes.Buffer

@@ -52,6 +52,10 @@ func printUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   safefs mount [-o OPT[,OPT...]] BACKING MOUNTPOINT
         serve BACKING on MOUNTPOINT, in the foreground, with atomic writes
+  safefs BACKING MOUNTPOINT [-f] [-o OPT[,OPT...]]
+        the same, as mount -t fuse.safefs and fstab run it (via mount.fuse3):
+        returns once mounted (0) or failed (exit code), the daemon goes on
+        in the background; -f or -o foreground keeps it in the foreground
   safefs recover BACKING
         finish or undo commits cut off by a crash, without mounting
   safefs version
@@ -73,7 +77,11 @@ Mounts safefs on MOUNTPOINT, serving the files of BACKING, and stays in the
 foreground until SIGINT or SIGTERM, or until MOUNTPOINT is unmounted.
 SIGUSR1 logs the counters (commits, rejected, killed writers) and goes on.
 -o may be given several times, before or after BACKING and MOUNTPOINT;
-a later option overrides an earlier one.
+a later option overrides an earlier one. Options of mount(8), fstab and
+mount.fuse3 that mean nothing here are ignored (defaults, auto, noauto,
+nofail, _netdev, dev, suid, exec, atime variants, x-*, X-*, comment=);
+noexec, sync, dirsync and mand are refused. Under systemd (NOTIFY_SOCKET)
+it sends READY=1 once mounted and STOPPING=1 when it unmounts.
 
 Options:
 `)

@@ -38,5 +38,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	case "help", "-h", "--help":
 		return runHelp(args[1:], stdout)
 	}
+	if isFstabForm(args) {
+		return runFstab(args, stdout, stderr)
+	}
 	return failf(exitUsage, "unknown command %q (see safefs --help)", args[0])
 }

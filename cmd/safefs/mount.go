@@ -21,36 +21,58 @@ func runMount(args []string, stdout, stderr io.Writer) error {
 		printMountUsage(stdout)
 		return nil
 	}
+	return mountAndServe(a, stderr, nil)
+}
+
+// mountAndServe mounts and serves until the end of the mount. onReady,
+// if set, marks the background daemon: it is called once the mount is
+// visible, and the log goes to log_file or syslog, not stderr.
+func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 	backing, mnt, err := preflightMount(a.backing, a.mountpoint)
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(a.cfg.logFormat, a.cfg.logLevel, stderr)
+	out, closeOut, err := logOutput(a.cfg, onReady != nil, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeOut()
+	log, err := newLogger(a.cfg.logFormat, a.cfg.logLevel, out)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // syncing a pipe or tty fails harmlessly
+	if onReady != nil {
+		// Do not keep the caller's working directory busy; the paths
+		// are absolute now.
+		_ = os.Chdir("/")
+	}
 	opts := a.cfg.fs
 	opts.Log = log
 	raiseNofile(log)
-	return serve(backing, mnt, opts, log)
+	return serve(backing, mnt, opts, log, onReady)
 }
 
-// serve mounts and stays in the foreground until a signal or an unmount
-// from outside ends the mount.
-func serve(backing, mnt string, opts fs.Options, log *zap.Logger) error {
+// serve mounts and stays until a signal or an unmount from outside ends
+// the mount. It tells systemd (sd_notify) and onReady when it is mounted.
+func serve(backing, mnt string, opts fs.Options, log *zap.Logger, onReady func()) error {
 	// Listen before mounting: a signal that arrives while fs.Mount runs
 	// must not kill us and leave a mount without a server.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(sigs)
+	n := notifierFromEnv(log)
 
 	srv, err := fs.Mount(backing, mnt, opts)
 	if err != nil {
 		return mountError(err)
 	}
-	log.Info("mounted", zap.String("backing", backing), zap.String("mountpoint", mnt))
-	waitForEnd(srv, sigs, log)
+	log.Info("mounted", zap.String("backing", backing), zap.String("mountpoint", mnt), zap.Int("pid", os.Getpid()))
+	n.send("READY=1\nSTATUS=serving " + backing + " on " + mnt)
+	if onReady != nil {
+		onReady()
+	}
+	waitForEnd(srv, sigs, log, n)
 	return nil
 }
 
@@ -63,7 +85,7 @@ func mountError(err error) error {
 
 // waitForEnd returns once the file system is unmounted. If Unmount fails
 // (for example EBUSY) we keep serving: exiting would leave a dead mount.
-func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger) {
+func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger, n *notifier) {
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
@@ -72,6 +94,7 @@ func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger) {
 	for {
 		select {
 		case <-done:
+			n.send("STOPPING=1\nSTATUS=unmounted from outside")
 			log.Info("unmounted from outside")
 			return
 		case sig := <-sigs:
@@ -80,7 +103,9 @@ func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger) {
 				continue
 			}
 			log.Info("unmounting", zap.Stringer("signal", sig))
+			n.send("STOPPING=1\nSTATUS=unmounting")
 			if err := srv.Unmount(); err != nil {
+				n.send("STATUS=unmount failed, still serving: " + err.Error())
 				log.Error("unmount failed, still serving; send the signal again to retry", zap.Error(err))
 				continue
 			}

@@ -12,9 +12,11 @@ import (
 // mountConfig is what `safefs mount` was asked for: the fs options plus
 // the logger settings, which belong to the command, not to fs.
 type mountConfig struct {
-	fs        fs.Options
-	logFormat string
-	logLevel  string
+	fs         fs.Options
+	logFormat  string
+	logLevel   string
+	logFile    string // "" logs to stderr (or syslog in the background)
+	foreground bool   // the fstab form stays in the foreground
 }
 
 func defaultMountConfig() mountConfig {
@@ -74,6 +76,12 @@ var mountOptions = []mountOption{
 	{name: "log_level", value: "debug|info|warn|error", help: "lowest level logged",
 		show: func(c mountConfig) string { return c.logLevel },
 		set:  setLogLevel},
+	{name: "log_file", value: "PATH", help: "append the log to PATH instead of stderr (or syslog in the background)",
+		show: func(c mountConfig) string { return orNone(c.logFile) },
+		set:  setLogFile},
+	{name: "foreground", help: "fstab form (safefs BACKING MOUNTPOINT): stay in the foreground; safefs mount always does",
+		show: func(c mountConfig) string { return onOff(c.foreground) },
+		set:  func(c *mountConfig, _ string) error { c.foreground = true; return nil }},
 }
 
 func onOff(b bool) string {
@@ -219,6 +227,12 @@ func parseOptionList(c *mountConfig, list string) error {
 
 func applyOption(c *mountConfig, item string) error {
 	name, val, hasVal := strings.Cut(item, "=")
+	if ignoredOption(item) {
+		return nil
+	}
+	if why, ok := refusedOptions[name]; ok {
+		return failf(exitUsage, "option %s is not supported: %s", name, why)
+	}
 	o, ok := findOption(name)
 	switch {
 	case !ok:
@@ -257,6 +271,8 @@ func parseMountArgs(args []string) (mountArgs, error) {
 		case arg == "--":
 			pos = append(pos, args[i+1:]...)
 			i = len(args)
+		case arg == "-f":
+			a.cfg.foreground = true
 		case arg == "-o":
 			if i++; i == len(args) {
 				return a, failf(exitUsage, "-o needs a value (see safefs mount --help)")

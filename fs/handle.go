@@ -338,6 +338,9 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if h.truncOnly && h.deferTrunc(ctx) {
 		return 0 // another descriptor brings the content
 	}
+	if h.openerGoesOn(ctx) {
+		return 0 // the opener's own close commits
+	}
 	if c, ok := fuse.FromContext(ctx); ok {
 		h.closer = c.Pid
 		defer func() { h.closer = 0 }()
@@ -407,6 +410,22 @@ func (h *handle) deferTrunc(ctx context.Context) bool {
 		return true
 	}
 	return holdsOpen(c.Pid, h.n.mountPaths())
+}
+
+// openerGoesOn reports whether a close from a process other than the
+// opener should leave the pending version to the opener, which still
+// holds a descriptor on the file: a child that inherited it and exits,
+// or closes it at exec (Perl's system() while a file is half written),
+// would otherwise publish the opener's half-written version.
+func (h *handle) openerGoesOn(ctx context.Context) bool {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || h.tgid == 0 {
+		return false
+	}
+	if tgid := tgidOf(c.Pid); tgid == 0 || tgid == h.tgid {
+		return false
+	}
+	return holdsOpen(h.tgid, h.n.mountPaths())
 }
 
 // rank orders a process's handles by how likely its fstat means them:

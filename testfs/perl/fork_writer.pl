@@ -8,6 +8,7 @@
 #   fork      a child inherits the descriptor and exits normally
 #   forkkill  a child inherits the descriptor and is killed by SIGKILL
 #   dup       a dup of the descriptor is closed
+#   system    system("true"): the child closes the descriptor at exec
 # then prints SHARED, waits for a line on stdin, writes the second half
 # (128 KiB of 'B'), closes, and prints CLOSED.
 use strict;
@@ -29,6 +30,8 @@ if ($how eq 'fork' || $how eq 'forkkill') {
         POSIX::_exit(0);
     }
     waitpid($pid, 0);
+} elsif ($how eq 'system') {
+    system('true') == 0 or die "system: $?\n";
 } elsif ($how eq 'dup') {
     open(DUP, ">&OUT") or die "dup: $!\n";
     close(DUP) or die "close dup: $!\n";

@@ -1,9 +1,10 @@
 # Container image for test mounts: run with --device /dev/fuse --cap-add SYS_ADMIN.
 # The base images are build arguments so that a machine that cannot pull
-# them can pass local ones (cmd/safefs/container_test.go builds both from a
-# debootstrap rootfs; GO_IMAGE needs the go.mod Go version on its PATH).
-ARG GO_IMAGE=golang:1.26-bookworm
-ARG BASE_IMAGE=debian:bookworm-slim
+# them can pass local ones (container/container_test.go builds both from a
+# debootstrap rootfs; GO_IMAGE needs go.mod's Go version on its PATH). Full
+# names: podman does not resolve the short name golang:... by default.
+ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm
+ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 
 FROM ${GO_IMAGE} AS build
 WORKDIR /src

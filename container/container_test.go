@@ -91,11 +91,15 @@ func buildImage(t *testing.T, p *podman, base, goImage string) string {
 // machine behind a TLS-inspecting proxy needs to reach the module proxy.
 func buildVolumes(t *testing.T) []string {
 	t.Helper()
-	modCache, goCache := goEnv(t, "GOMODCACHE"), goEnv(t, "GOCACHE")
-	for _, dir := range []string{modCache, goCache} {
+	var vols []string
+	for env, dest := range map[string]string{"GOMODCACHE": "/go/pkg/mod", "GOCACHE": "/root/.cache/go-build"} {
+		dir := goEnv(t, env)
+		if !filepath.IsAbs(dir) { // GOCACHE=off
+			continue
+		}
 		require.NoError(t, os.MkdirAll(dir, 0o755))
+		vols = append(vols, "-v", dir+":"+dest)
 	}
-	vols := []string{"-v", modCache + ":/go/pkg/mod", "-v", goCache + ":/root/.cache/go-build"}
 	const ca = "/etc/ssl/certs/ca-certificates.crt"
 	if _, err := os.Stat(ca); err == nil {
 		vols = append(vols, "-v", ca+":"+ca+":ro")
@@ -169,7 +173,7 @@ func newPodman(t *testing.T) *podman {
 	require.NoError(t, os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = []\n"), 0o644))
 	p := &podman{env: append(os.Environ(), "CONTAINERS_CONF="+conf)}
 	if _, errOut, err := p.try(stepLimit, "info"); err != nil {
-		cannotRun(t, fmt.Sprintf("podman cannot run here (podman info: %v): %s", err, errOut))
+		cannotRun(t, fmt.Sprintf("podman cannot run here (podman info: %v): %s", err, strings.TrimSpace(errOut)))
 	}
 	return p
 }

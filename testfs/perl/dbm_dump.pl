@@ -2,13 +2,17 @@
 # Prints every KEY=VALUE of a DBM file, one per line, sorted.
 #
 #   dbm_dump.pl MODULE FILE
+#
+# MODULE as in dbm_lib.pl.
 use strict;
 use warnings;
-use Fcntl qw(O_RDONLY);
+use FindBin;
+require "$FindBin::Bin/dbm_lib.pl";
 
 my ($module, $file) = @ARGV;
 die "usage: $0 MODULE FILE\n" unless defined $file;
-eval "require $module; 1" or die "$module: $@";
-tie(my %h, $module, $file, O_RDONLY, 0) or die "tie $file: $!\n";
+dbm_load($module);
+my %h;
+dbm_tie(\%h, $module, $file, 0, 0) or die "tie $file: $!\n";
 print "$_=$h{$_}\n" for sort keys %h;
-untie %h;
+dbm_untie(\%h, $module);

@@ -13,10 +13,11 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/audit"
 	safefs "github.com/safefs/safefs/fs"
 )
 
-var targetNames = []string{"backing", "loopback", "safefs", "safefs-none"}
+var targetNames = []string{"backing", "loopback", "safefs", "safefs-none", "safefs-audit"}
 
 // target is one place the workloads run. Every target has its own fresh
 // directory root holding its backing directory raw and, for the FUSE
@@ -71,15 +72,20 @@ func newTarget(name, base string, log *zap.Logger) (_ *target, err error) {
 			srv.Wait()
 			return nil
 		}
-	case "safefs", "safefs-none":
+	case "safefs", "safefs-none", "safefs-audit":
 		o := safefs.DefaultOptions()
-		o.Durable = name == "safefs"
+		o.Durable = name != "safefs-none"
 		o.Log = log.Named(name).WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+		trail, err := benchAudit(name, root, &o)
+		if err != nil {
+			return nil, err
+		}
 		srv, err := safefs.Mount(t.raw, t.dir, o)
 		if err != nil {
+			trail()
 			return nil, fmt.Errorf("mount %s: %w", name, err)
 		}
-		t.unmount = srv.Unmount
+		t.unmount = func() error { defer trail(); return srv.Unmount() }
 	default:
 		return nil, fmt.Errorf("unknown target %q (want some of %s)", name, strings.Join(targetNames, ","))
 	}
@@ -122,4 +128,18 @@ func closeAll(ts []*target) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// benchAudit turns the audit trail on for safefs-audit (durability full,
+// -o audit=FILE); the returned func closes it.
+func benchAudit(name, root string, o *safefs.Options) (func(), error) {
+	if name != "safefs-audit" {
+		return func() {}, nil
+	}
+	w, err := audit.Open(filepath.Join(root, "audit.log"), o.Log)
+	if err != nil {
+		return nil, err
+	}
+	o.Observer = w
+	return w.Close, nil
 }

@@ -12,9 +12,11 @@ import (
 // mountConfig is what `safefs mount` was asked for: the fs options plus
 // the logger settings, which belong to the command, not to fs.
 type mountConfig struct {
-	fs        fs.Options
-	logFormat string
-	logLevel  string
+	fs          fs.Options
+	logFormat   string
+	logLevel    string
+	metricsAddr string // "": no metrics endpoint
+	auditFile   string // "": no audit trail
 }
 
 func defaultMountConfig() mountConfig {
@@ -65,6 +67,12 @@ var mountOptions = []mountOption{
 	{name: "rejected_user_max", value: "SIZE", help: "bytes kept in .safefs/rejected per writing uid",
 		show: func(c mountConfig) string { return sizeName(c.fs.RejectedUserMax, fs.DefaultRejectedUserMax) },
 		set:  func(c *mountConfig, v string) error { return setSize(&c.fs.RejectedUserMax, v) }},
+	{name: "metrics", value: "ADDR", help: "serve Prometheus metrics on http://ADDR/metrics (host:port; off by default)",
+		show: func(c mountConfig) string { return offIfEmpty(c.metricsAddr) },
+		set:  setMetrics},
+	{name: "audit", value: "FILE", help: "append one JSON line per commit and rejected commit to FILE; SIGHUP reopens it (off by default)",
+		show: func(c mountConfig) string { return offIfEmpty(c.auditFile) },
+		set:  setAudit},
 	{name: "debug", help: "trace FUSE requests",
 		show: func(c mountConfig) string { return onOff(c.fs.Debug) },
 		set:  func(c *mountConfig, _ string) error { c.fs.Debug = true; return nil }},
@@ -81,6 +89,13 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+func offIfEmpty(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return s
 }
 
 func durabilityName(durable bool) string {

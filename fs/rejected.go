@@ -34,7 +34,7 @@ type keptBytes struct {
 	mu    sync.Mutex
 	all   int64
 	byUID map[uint32]int64
-	files int64 // kept since the mount began (Server.Gauges)
+	files int64 // found at mount plus kept since (Server.Gauges)
 }
 
 func newKeptBytes(o Options) *keptBytes {

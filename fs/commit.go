@@ -18,12 +18,19 @@ import (
 // h.mu is held. On failure the previous version stays and the pending
 // version is kept in rejected/ for the operator.
 func (h *handle) commit() error {
+	h.obsStart()
+	defer h.obsEnd() // after the lock is released
+	return h.commitLocked()
+}
+
+func (h *handle) commitLocked() error {
 	r := h.n.r
 	r.commitsBegun.Add(1)
 	defer r.commitsEnded.Add(1)
 	ctx, cancel := lockContext(r)
 	defer cancel()
 	g, err := r.locks.Lock(ctx, h.n.f.ino)
+	h.obsLocked()
 	if err != nil {
 		return h.reject(err)
 	}
@@ -34,7 +41,7 @@ func (h *handle) commit() error {
 		err = h.commitWhole(g)
 	}
 	if errors.Is(err, errCloserKilled) {
-		h.killedClose()
+		h.killedClose(h.closer)
 		return nil
 	}
 	if err != nil {
@@ -99,6 +106,7 @@ func (h *handle) reject(why error) error {
 	}
 	r.count.rejected.Add(1)
 	kept := h.keep()
+	h.obsRejected(why, kept)
 	if ok, skipped := r.rejectLog.allow(); ok {
 		r.log.Warn("commit rejected, previous version kept", zap.String("path", logPath(h.n.path())), zap.Error(why),
 			zap.String("kept_in", keptWhere(kept)), zap.Uint32("uid", h.uid), zap.Int("not_logged_before", skipped))
@@ -127,6 +135,7 @@ func (h *handle) commitWhole(g *lockmgr.Grant) error {
 	}
 	defer unix.Close(v.fd)
 	if v.st.Nlink > 1 {
+		h.obsKind(KindInPlace)
 		return h.commitInPlace(g, v)
 	}
 	return h.commitReplace(g, v)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -43,10 +44,13 @@ type handle struct {
 	// written yet. A shell's `cmd > file` closes such a descriptor after
 	// moving it to stdout: that close must not publish an empty file.
 	truncOnly bool
-	flushed   bool   // closed once and not used since: likely not what a stat means
-	closer    uint32 // the thread whose close() is committing, 0 if none
-	closed    bool   // released: base and first are gone
-	private   bool   // an O_TMPFILE file not linked yet: writes go to base
+	flushed   bool       // closed once and not used since: likely not what a stat means
+	closer    uint32     // the thread whose close() is committing, 0 if none
+	closed    bool       // released: base and first are gone
+	private   bool       // an O_TMPFILE file not linked yet: writes go to base
+	obs       *commitObs // the commit in progress, with an Observer
+	// pendingSeen: the pending size at the last look of Server.Gauges.
+	pendingSeen atomic.Int64
 }
 
 var (
@@ -330,7 +334,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	}
 	if h.n.r.opts.KillCheck {
 		if c, ok := fuse.FromContext(ctx); ok && killedBySignal(c.Pid) {
-			h.killedClose()
+			h.killedClose(c.Pid)
 			return 0
 		}
 	}
@@ -351,13 +355,14 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 // killedClose is the close of a writer killed by a signal: nothing is
 // committed, but the pending version is kept, since another process may
 // share this descriptor (fork) and close it alive later.
-func (h *handle) killedClose() {
+func (h *handle) killedClose(pid uint32) {
 	h.killed = true
 	if p := h.n.path(); isSelfTestProbe(p) {
 		h.n.r.selfTestSeen.Store(true) // not a user's writer: not counted
 		return
 	}
 	h.n.r.count.killed.Add(1)
+	h.obsKilled(pid)
 	h.n.r.log.Info("writer killed by a signal: not committed", zap.String("path", logPath(h.n.path())))
 }
 

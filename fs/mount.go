@@ -112,12 +112,13 @@ func Mount(backing, mountpoint string, o Options) (*Server, error) {
 
 func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	r := s.r
-	if _, err := journal.Recover(r.internal, targets{r.rootfd}, r.log); err != nil {
+	sum, err := journal.Recover(r.internal, targets{r.rootfd}, r.log)
+	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
+	r.obsRecovered(sum)
 	r.loadKept()
 	r.files = newFileSlots(r.opts.MaxFilesPerUser)
-	var err error
 	if r.jr, err = journal.Open(r.internal, r.opts.Durable, r.log); err != nil {
 		return nil, err
 	}

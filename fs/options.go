@@ -29,6 +29,9 @@ type Options struct {
 	// dropped (logged, counted) instead of kept. 0: the defaults.
 	RejectedMax     int64
 	RejectedUserMax int64
+	// Observer is told of commits, rejections and recovery (metrics,
+	// audit); nil: none.
+	Observer Observer
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.

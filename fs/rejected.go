@@ -34,6 +34,7 @@ type keptBytes struct {
 	mu    sync.Mutex
 	all   int64
 	byUID map[uint32]int64
+	files int64 // found at mount plus kept since (Server.Gauges)
 }
 
 func newKeptBytes(o Options) *keptBytes {
@@ -93,6 +94,9 @@ func (h *handle) keep() string {
 		h.discard()
 		return ""
 	}
+	r.kept.mu.Lock()
+	r.kept.files++
+	r.kept.mu.Unlock()
 	h.stage.Close()
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	return nm
@@ -125,6 +129,7 @@ func (r *root) loadKept() {
 		r.kept.mu.Lock()
 		r.kept.all += keptCost(&st)
 		r.kept.byUID[uid] += keptCost(&st)
+		r.kept.files++
 		r.kept.mu.Unlock()
 		bytes += st.Size
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/audit"
 	safefs "github.com/safefs/safefs/fs"
 )
 
@@ -25,6 +26,7 @@ var safefsTargets = []struct {
 }{
 	{"safefs", func(o *safefs.Options) {}},
 	{"safefs-none", func(o *safefs.Options) { o.Durable = false }},
+	{"safefs-audit", func(o *safefs.Options) {}}, // with an audit trail (benchAudit)
 }
 
 // targetNames lists every target in table order.
@@ -88,13 +90,32 @@ func mountTarget(name, raw, dir string, log *zap.Logger) (func() error, error) {
 		o := safefs.DefaultOptions()
 		st.edit(&o)
 		o.Log = log.Named(name).WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+		trail, err := benchAudit(name, filepath.Dir(raw), &o)
+		if err != nil {
+			return nil, err
+		}
 		srv, err := safefs.Mount(raw, dir, o)
 		if err != nil {
+			trail()
 			return nil, fmt.Errorf("mount %s: %w", name, err)
 		}
-		return srv.Unmount, nil
+		return func() error { defer trail(); return srv.Unmount() }, nil
 	}
 	return nil, fmt.Errorf("unknown target %q (want some of %s)", name, strings.Join(targetNames, ","))
+}
+
+// benchAudit turns the audit trail on for the target safefs-audit; the
+// returned func closes it.
+func benchAudit(name, root string, o *safefs.Options) (func(), error) {
+	if name != "safefs-audit" {
+		return func() {}, nil
+	}
+	w, err := audit.Open(filepath.Join(root, "audit.log"), o.Log)
+	if err != nil {
+		return nil, err
+	}
+	o.Observer = w
+	return w.Close, nil
 }
 
 // mountLoopback mounts go-fuse's loopback as its example program does.

@@ -8,15 +8,17 @@ import (
 // Exit codes of safefs. Scripts and service managers act on them, so they
 // are part of the interface: never renumber, only add.
 const (
-	exitOK       = 0 // success
-	exitInternal = 1 // unexpected internal error
-	exitUsage    = 2 // wrong argument count, unknown command or flag, bad -o option
-	exitBadDirs  = 3 // BACKING or MOUNTPOINT missing, not a directory, the same, or one inside the other
-	exitMounted  = 4 // MOUNTPOINT is already a mount point (including a stale, disconnected FUSE mount)
-	exitNoFuse   = 5 // no FUSE device (/dev/fuse)
-	exitBusy     = 6 // BACKING is already served by another safefs
-	exitMount    = 7 // mount failed for another reason
-	exitRecover  = 8 // `safefs recover` failed
+	exitOK       = 0  // success
+	exitInternal = 1  // unexpected internal error
+	exitUsage    = 2  // wrong argument count, unknown command or flag, bad -o option
+	exitBadDirs  = 3  // BACKING or MOUNTPOINT missing, not a directory, the same, or one inside the other
+	exitMounted  = 4  // MOUNTPOINT is already a mount point (including a stale, disconnected FUSE mount)
+	exitNoFuse   = 5  // no FUSE device (/dev/fuse)
+	exitBusy     = 6  // BACKING is already served by another safefs
+	exitMount    = 7  // mount failed for another reason
+	exitRecover  = 8  // `safefs recover` failed
+	exitMetrics  = 9  // -o metrics=ADDR cannot be listened on (in use, bad address)
+	exitAudit    = 10 // -o audit=FILE cannot be opened
 )
 
 // exitCodeHelp is the table printed by `safefs --help`.
@@ -33,6 +35,8 @@ var exitCodeHelp = []struct {
 	{exitBusy, "BACKING is already served by another safefs"},
 	{exitMount, "mount failed"},
 	{exitRecover, "recover failed"},
+	{exitMetrics, "metrics address cannot be listened on (in use?)"},
+	{exitAudit, "audit file cannot be opened"},
 }
 
 // exitError is an error that run reports with a specific exit code.

@@ -50,16 +50,25 @@ func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 	opts := a.cfg.fs
 	opts.Log = log
 	raiseNofile(log)
-	return serve(backing, mnt, opts, log, onReady)
+	obs, err := startObservers(a.cfg, log)
+	if err != nil {
+		return err
+	}
+	defer obs.close()
+	opts.Observer = obs.observer()
+	return serve(backing, mnt, opts, log, onReady, obs)
 }
 
 // serve mounts and stays until a signal or an unmount from outside ends
 // the mount. It tells systemd (sd_notify) and onReady when it is mounted.
-func serve(backing, mnt string, opts fs.Options, log *zap.Logger, onReady func()) error {
+func serve(backing, mnt string, opts fs.Options, log *zap.Logger, onReady func(), obs *observers) error {
 	// Listen before mounting: a signal that arrives while fs.Mount runs
 	// must not kill us and leave a mount without a server.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
+	if obs.audit != nil {
+		signal.Notify(sigs, syscall.SIGHUP) // reopen the trail
+	}
 	defer signal.Stop(sigs)
 	n := notifierFromEnv(log)
 
@@ -67,12 +76,13 @@ func serve(backing, mnt string, opts fs.Options, log *zap.Logger, onReady func()
 	if err != nil {
 		return mountError(err)
 	}
+	obs.mounted(srv)
 	log.Info("mounted", zap.String("backing", backing), zap.String("mountpoint", mnt), zap.Int("pid", os.Getpid()))
 	n.send("READY=1\nSTATUS=serving " + backing + " on " + mnt)
 	if onReady != nil {
 		onReady()
 	}
-	waitForEnd(srv, sigs, log, n)
+	waitForEnd(srv, sigs, log, n, obs)
 	return nil
 }
 
@@ -85,7 +95,7 @@ func mountError(err error) error {
 
 // waitForEnd returns once the file system is unmounted. If Unmount fails
 // (for example EBUSY) we keep serving: exiting would leave a dead mount.
-func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger, n *notifier) {
+func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger, n *notifier, obs *observers) {
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
@@ -100,6 +110,10 @@ func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger, n *notif
 		case sig := <-sigs:
 			if sig == syscall.SIGUSR1 {
 				srv.LogStats() // the operator asks for the counters
+				continue
+			}
+			if sig == syscall.SIGHUP {
+				obs.reopen()
 				continue
 			}
 			log.Info("unmounting", zap.Stringer("signal", sig))

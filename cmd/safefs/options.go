@@ -12,11 +12,13 @@ import (
 // mountConfig is what `safefs mount` was asked for: the fs options plus
 // the logger settings, which belong to the command, not to fs.
 type mountConfig struct {
-	fs         fs.Options
-	logFormat  string
-	logLevel   string
-	logFile    string // "" logs to stderr (or syslog in the background)
-	foreground bool   // the fstab form stays in the foreground
+	fs          fs.Options
+	logFormat   string
+	logLevel    string
+	logFile     string // "" logs to stderr (or syslog in the background)
+	foreground  bool   // the fstab form stays in the foreground
+	metricsAddr string // "": no metrics endpoint
+	auditFile   string // "": no audit trail
 }
 
 func defaultMountConfig() mountConfig {
@@ -67,6 +69,12 @@ var mountOptions = []mountOption{
 	{name: "rejected_user_max", value: "SIZE", help: "bytes kept in .safefs/rejected per writing uid",
 		show: func(c mountConfig) string { return sizeName(c.fs.RejectedUserMax, fs.DefaultRejectedUserMax) },
 		set:  func(c *mountConfig, v string) error { return setSize(&c.fs.RejectedUserMax, v) }},
+	{name: "metrics", value: "ADDR", help: "serve Prometheus metrics on http://ADDR/metrics (host:port; off by default)",
+		show: func(c mountConfig) string { return offIfEmpty(c.metricsAddr) },
+		set:  setMetrics},
+	{name: "audit", value: "FILE", help: "append one JSON line per commit and rejected commit to FILE; SIGHUP reopens it (off by default)",
+		show: func(c mountConfig) string { return offIfEmpty(c.auditFile) },
+		set:  setAudit},
 	{name: "debug", help: "trace FUSE requests",
 		show: func(c mountConfig) string { return onOff(c.fs.Debug) },
 		set:  func(c *mountConfig, _ string) error { c.fs.Debug = true; return nil }},
@@ -89,6 +97,13 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+func offIfEmpty(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return s
 }
 
 func durabilityName(durable bool) string {

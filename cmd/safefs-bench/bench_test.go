@@ -38,51 +38,37 @@ func TestErrCell(t *testing.T) {
 
 // TestTargetNames: every safefs variant of the table is a target.
 func TestTargetNames(t *testing.T) {
-	assert.Equal(t, []string{"backing", "loopback", "safefs", "safefs-none"}, targetNames)
+	assert.Equal(t, []string{"backing", "loopback", "safefs", "safefs-none", "safefs-audit"}, targetNames)
 }
 
 var (
 	rateCell = regexp.MustCompile(`^[0-9.]+ [a-zA-Z/]+ \([0-9.e-]+x, [0-9.e-]+x\)$`)
-	failLine = regexp.MustCompile(`^safefs-bench: mmap-read on safefs(-none)?: mmap .*: no such device$`)
 )
 
 // TestBenchRows runs the new rows on every target with small sizes, real
 // mounts and real Perl processes, and checks each cell of the markdown
-// table: rates with both ratios, the counter as kept/expected, and mmap on
-// safefs either a rate or "error: ENODEV" (its only allowed failure).
+// table: rates with both ratios (mmap included: shared maps work on
+// safefs), the counter as kept/expected, and no failure.
 func TestBenchRows(t *testing.T) {
 	testfs.Available(t)
 	requirePerl(t)
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
-	err := run([]string{"-dir", dir, "-markdown",
+	err := run([]string{"-dir", dir, "-markdown", "-targets", "backing,loopback,safefs,safefs-none",
 		"-workloads", "seq-read-warm,mmap-read,stat,naive-counter",
 		"-seq-size", "4M", "-mmap-size", "1M", "-stat-n", "50", "-stat-passes", "2",
 		"-counter-procs", "4", "-counter-runs", "20"}, &out, &errOut)
 	t.Logf("table:\n%s\nstderr:\n%s", out.String(), errOut.String())
-	for _, l := range strings.Split(strings.TrimSpace(errOut.String()), "\n") {
-		if l != "" {
-			assert.Regexp(t, failLine, l, "the only failure allowed is mmap on safefs (issue 10)")
-		}
-	}
-	if err != nil {
-		assert.Regexp(t, `^[12] of the runs failed$`, err.Error())
-	}
+	assert.Empty(t, strings.TrimSpace(errOut.String()), "no run may fail")
+	require.NoError(t, err)
 
 	rows := markdownRows(t, out.String())
 	require.Equal(t, []string{"backing", "loopback", "safefs", "safefs-none"}, rows["workload"])
-	for _, name := range []string{"seq-read-warm", "stat"} {
+	for _, name := range []string{"seq-read-warm", "stat", "mmap-read"} {
 		require.Len(t, rows[name], 4, name)
 		for i, c := range rows[name] {
 			assert.Regexp(t, rateCell, c, "%s on %s", name, targetNames[i])
 		}
-	}
-	mm := rows["mmap-read"]
-	require.Len(t, mm, 4)
-	assert.Regexp(t, rateCell, mm[0])
-	assert.Regexp(t, rateCell, mm[1])
-	for _, c := range mm[2:] {
-		assert.Regexp(t, `^(error: ENODEV|[0-9.]+ MB/s \([0-9.e-]+x, [0-9.e-]+x\))$`, c)
 	}
 	counts := rows["naive counter, 4 x 20: kept / expected"]
 	require.Len(t, counts, 4)

@@ -1,10 +1,13 @@
 package fs_test
 
-// Shared maps through the mount (issue 10). "Another process" is this
-// test binary run again as a helper (TestMmapHelper), so reads, maps and
-// commits come from a process other than the mapper's.
+// Shared maps through the mount (issue 10). Every map is made and
+// touched in a helper process (this test binary run again, see
+// TestMmapHelper), never in the test process, which serves the mount: a
+// page fault there on the mount's file could wait for the server while
+// the Go runtime stops the world for GC, and never end (it did).
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -44,7 +47,9 @@ func TestMmapHelper(t *testing.T) {
 
 // mmHelper: "read" prints the file (read(2)), "map" prints it through a
 // fresh read-only shared map, "write" replaces it with standard input
-// (open O_TRUNC, write, close), "readloop" reads it both ways until
+// (open O_TRUNC, write, close), "session" runs commands (mmSession),
+// "fsync" opens it read-write, fsyncs
+// and closes (writing nothing), "readloop" reads it both ways until
 // standard input closes and prints "reads=N bad=M" (bad: a read that is
 // not one whole version; versions are one byte repeated, of the size given).
 func mmHelper(op, path string, args ...string) error {
@@ -67,6 +72,15 @@ func mmHelper(op, path string, args ...string) error {
 			err = os.WriteFile(path, b, 0o644)
 		}
 		return err
+	case "fsync":
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		return errors.Join(err, f.Close())
+	case "session":
+		return mmSession(path)
 	case "readloop":
 		size, err := strconv.Atoi(args[0])
 		if err != nil {
@@ -135,19 +149,15 @@ func mmCopy(m []byte) (b []byte, err error) {
 }
 
 // mmFill copies v into a map; a fault is an error, as in mmCopy.
-func mmFill(t *testing.T, m, v []byte) {
-	t.Helper()
-	err := func() (err error) {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("fault writing the map: %v", r)
-			}
-		}()
-		copy(m, v)
-		return nil
+func mmFill(m, v []byte) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("fault writing the map: %v", r)
+		}
 	}()
-	require.NoError(t, err)
+	copy(m, v)
+	return nil
 }
 
 // mmChild runs the helper op on path in another process and returns
@@ -190,71 +200,202 @@ func mmEqual(t *testing.T, want, got []byte, what string) {
 	}
 }
 
-// mmMap maps the whole of f shared with prot, and unmaps it in cleanup.
-func mmMap(t *testing.T, f *os.File, n, prot int) []byte {
-	t.Helper()
-	m, err := unix.Mmap(int(f.Fd()), 0, n, prot, unix.MAP_SHARED)
-	require.NoError(t, err, "mmap MAP_SHARED of %s", f.Name())
-	t.Cleanup(func() { _ = unix.Munmap(m) })
-	return m
+// mmSession runs one command a line from standard input on one
+// descriptor and map of path, and answers each with a line: "ok", "ok "
+// and what it shows, or "err " and why.
+//
+//	open ro|rw, map ro|rw|private N, fill BYTE, touch, show, read,
+//	ftruncate N, msync, fsync, munmap, close
+func mmSession(path string) error {
+	var f *os.File
+	var mp []byte
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var word, arg string
+		fmt.Sscan(in.Text(), &word, &arg)
+		n, _ := strconv.Atoi(arg)
+		var show string
+		var err error
+		switch word {
+		case "open":
+			f, err = os.OpenFile(path, map[string]int{"ro": os.O_RDONLY, "rw": os.O_RDWR}[arg], 0)
+		case "map", "mapro", "mapprivate":
+			prot, flags := unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED
+			if word == "mapro" {
+				prot = unix.PROT_READ
+			} else if word == "mapprivate" {
+				flags = unix.MAP_PRIVATE
+			}
+			mp, err = unix.Mmap(int(f.Fd()), 0, n, prot, flags)
+		case "fill":
+			err = mmFill(mp, mmVersion(arg[0], len(mp)))
+		case "touch":
+			_, err = mmCopy(mp[:1])
+		case "show":
+			var b []byte
+			b, err = mmCopy(mp)
+			show = mmSummary(b)
+		case "read":
+			b := make([]byte, 1<<20)
+			n, err = f.ReadAt(b, 0)
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			show = mmSummary(b[:n])
+		case "ftruncate":
+			err = f.Truncate(int64(n))
+		case "msync":
+			err = unix.Msync(mp, unix.MS_SYNC)
+		case "fsync":
+			err = f.Sync()
+		case "munmap":
+			err = unix.Munmap(mp)
+		case "close":
+			err = f.Close()
+		default:
+			err = fmt.Errorf("unknown command %q", in.Text())
+		}
+		if err != nil {
+			fmt.Printf("err %s: %v\n", in.Text(), err)
+		} else {
+			fmt.Println(strings.TrimSpace("ok " + show))
+		}
+	}
+	return in.Err()
 }
 
-func mmMapCopy(t *testing.T, m []byte) []byte {
+// mmProc is a helper process running a session.
+type mmProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func mmStartSession(t *testing.T, path string) *mmProc {
 	t.Helper()
-	b, err := mmCopy(m)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang only
+	p := &mmProc{cmd: mmCommand(ctx, "session", path)}
+	p.cmd.Stderr = os.Stderr
+	var err error
+	p.stdin, err = p.cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	p.out = bufio.NewReader(stdout)
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(func() {
+		p.stdin.Close()
+		_ = p.cmd.Wait()
+		cancel()
+	})
+	return p
+}
+
+// do runs commands in the session; an "err" answer fails the test. It
+// returns what the last one showed.
+func (p *mmProc) do(t *testing.T, cmds ...string) string {
+	t.Helper()
+	var show string
+	for _, c := range cmds {
+		_, err := fmt.Fprintln(p.stdin, c)
+		require.NoError(t, err, c)
+		line, err := p.out.ReadString('\n')
+		require.NoError(t, err, "%s: the helper ended", c)
+		line = strings.TrimSpace(line)
+		require.True(t, strings.HasPrefix(line, "ok"), "helper: %s", line)
+		show = strings.TrimSpace(strings.TrimPrefix(line, "ok"))
+	}
+	return show
+}
+
+// mmShows fails unless shown (a helper's summary) is want's summary.
+func mmShows(t *testing.T, want []byte, shown, what string) {
+	t.Helper()
+	if shown != mmSummary(want) {
+		t.Errorf("%s: got %s, want %s", what, shown, mmSummary(want))
+	}
+}
+
+func mmRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return b
 }
 
-// TestMmapReaderKeepsVersion: a reader's shared read-only map shows the
-// version it mapped, whole (pages it had touched and pages it had not),
-// after another process commits a shorter, different version; its read()
-// too. A new open and map, here or elsewhere, shows the new version.
-func TestMmapReaderKeepsVersion(t *testing.T) {
+// mmSetup mounts safefs and writes v1 to f in it.
+func mmSetup(t *testing.T, v1 []byte) (*testfs.Mount, string) {
+	t.Helper()
 	m := testfs.New(t)
-	path, page := m.Path("f"), os.Getpagesize()
-	v1, v2 := mmVersion('a', 3*page+100), mmVersion('b', page+7)
-	require.NoError(t, os.WriteFile(path, v1, 0o644))
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	mp := mmMap(t, f, len(v1), unix.PROT_READ)
-	require.Equal(t, v1[0], mp[0]) // the first page is in; the others are not yet
-	mmChild(t, "write", path, v2)
-	mmEqual(t, v1, mmMapCopy(t, mp), "the reader's map after another process's commit")
-	got := make([]byte, len(v1)+1)
-	n, err := f.ReadAt(got, 0)
-	require.True(t, err == nil || errors.Is(err, io.EOF), "read: %v", err)
-	mmEqual(t, v1, got[:n], "the reader's read() after the commit")
-	mmEqual(t, v2, mmChild(t, "map", path, nil), "a new map in another process")
-	b, err := mmMapRead(path)
-	require.NoError(t, err)
-	mmEqual(t, v2, b, "a new map in the reader's process")
+	require.NoError(t, os.WriteFile(m.Path("f"), v1, 0o644))
+	return m, m.Path("f")
+}
+
+var mmPage = os.Getpagesize()
+
+// TestMmapReaderKeepsVersion: a reader's shared read-only map shows the
+// version it mapped, whole (the page it had touched and those it had
+// not), after another process commits a shorter, different version; its
+// read() too. A new open and map shows the new version.
+func TestMmapReaderKeepsVersion(t *testing.T) {
+	v1, v2 := mmVersion('a', 3*mmPage+100), mmVersion('b', mmPage+7)
+	_, path := mmSetup(t, v1)
+	r := mmStartSession(t, path)
+	r.do(t, "open ro", fmt.Sprint("mapro ", len(v1)), "touch")
+	require.NoError(t, os.WriteFile(path, v2, 0o644))
+	mmShows(t, v1, r.do(t, "show"), "the reader's map after another process's commit")
+	mmShows(t, v1, r.do(t, "read"), "the reader's read() after the commit")
+	mmEqual(t, v2, mmChild(t, "map", path, nil), "a new open and map")
 }
 
 // TestMmapWriterCommitsAtClose: changes made through a writer's shared
 // map are not seen by other processes (read or a fresh map) before the
 // writer closes, and are seen whole, and in BACKING, after munmap+close.
 func TestMmapWriterCommitsAtClose(t *testing.T) {
-	m := testfs.New(t)
-	path, page := m.Path("f"), os.Getpagesize()
-	v1, v2 := mmVersion('a', 2*page+10), mmVersion('b', 2*page+10)
-	require.NoError(t, os.WriteFile(path, v1, 0o644))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	mp, err := unix.Mmap(int(f.Fd()), 0, len(v1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	require.NoError(t, err, "mmap MAP_SHARED read-write")
-	mmFill(t, mp, v2)
-	mmEqual(t, v1, mmChild(t, "read", path, nil), "another process's read before the writer's close")
+	v1, v2 := mmVersion('a', 2*mmPage+10), mmVersion('b', 2*mmPage+10)
+	m, path := mmSetup(t, v1)
+	w := mmStartSession(t, path)
+	w.do(t, "open rw", fmt.Sprint("map ", len(v1)), "fill b")
+	mmEqual(t, v1, mmRead(t, path), "another process's read before the writer's close")
 	mmEqual(t, v1, mmChild(t, "map", path, nil), "another process's map before the writer's close")
-	require.NoError(t, unix.Munmap(mp))
-	require.NoError(t, f.Close())
-	mmEqual(t, v2, mmChild(t, "read", path, nil), "another process's read after the writer's close")
+	w.do(t, "munmap", "close")
+	mmEqual(t, v2, mmRead(t, path), "another process's read after the writer's close")
 	mmEqual(t, v2, mmChild(t, "map", path, nil), "another process's map after the writer's close")
-	b, err := os.ReadFile(m.BackingPath("f"))
+	mmEqual(t, v2, mmRead(t, m.BackingPath("f")), "the file in BACKING")
+}
+
+// TestMmapDirtyPagesStayWithMapper: the kernel may write a map's dirty
+// pages back through any writable handle of the file. Another process's
+// handle that writes nothing, and fsyncs and closes while the map is
+// dirty, must not commit the mapper's bytes: they wait for its close.
+func TestMmapDirtyPagesStayWithMapper(t *testing.T) {
+	v1, v2 := mmVersion('a', 2*mmPage), mmVersion('b', 2*mmPage)
+	_, path := mmSetup(t, v1)
+	w := mmStartSession(t, path)
+	w.do(t, "open rw", fmt.Sprint("map ", len(v1)), "fill b")
+	mmChild(t, "fsync", path, nil)
+	mmEqual(t, v1, mmRead(t, path), "after another process's fsync and close, the mapper still open")
+	w.do(t, "munmap", "close")
+	mmEqual(t, v2, mmRead(t, path), "after the mapper's close")
+}
+
+// TestMmapNoPendingBytes: bytes written (write(2)) and not yet committed
+// by another process show neither in a shared map opened before the
+// write nor in a new map.
+func TestMmapNoPendingBytes(t *testing.T) {
+	v1, v2 := mmVersion('a', mmPage+9), mmVersion('b', 2*mmPage+9)
+	_, path := mmSetup(t, v1)
+	r := mmStartSession(t, path)
+	r.do(t, "open ro", fmt.Sprint("mapro ", len(v1)), "touch")
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
 	require.NoError(t, err)
-	mmEqual(t, v2, b, "the file in BACKING")
+	defer w.Close()
+	_, err = w.WriteAt(v2, 0)
+	require.NoError(t, err)
+	mmShows(t, v1, r.do(t, "show"), "a map opened before another process's pending write")
+	mmEqual(t, v1, mmChild(t, "map", path, nil), "a new map during another process's pending write")
+	require.NoError(t, w.Close())
+	mmEqual(t, v2, mmChild(t, "map", path, nil), "a new map after the commit")
 }
 
 // TestMmapWriterAtomicToReaders: two processes read the file in a loop
@@ -262,17 +403,17 @@ func TestMmapWriterCommitsAtClose(t *testing.T) {
 // version through a shared map: no read is a mix or a part of versions.
 func TestMmapWriterAtomicToReaders(t *testing.T) {
 	const rounds = 30
-	m := testfs.New(t)
-	path, size := m.Path("f"), 4*os.Getpagesize()+123
-	require.NoError(t, os.WriteFile(path, mmVersion('A', size), 0o644))
+	size := 4*mmPage + 123
+	_, path := mmSetup(t, mmVersion('A', size))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang only
 	defer cancel()
 	readers := make([]*mmLoop, 2)
 	for i := range readers {
 		readers[i] = mmStartLoop(t, ctx, path, size)
 	}
+	w := mmStartSession(t, path)
 	for r := range rounds {
-		mmWriteThroughMap(t, path, mmVersion(byte('a'+r%26), size))
+		w.do(t, "open rw", fmt.Sprint("map ", size), fmt.Sprintf("fill %c", 'a'+r%26), "munmap", "close")
 	}
 	for i, l := range readers {
 		out := l.stop(t)
@@ -280,7 +421,7 @@ func TestMmapWriterAtomicToReaders(t *testing.T) {
 		require.Contains(t, out, " bad=0 ", "reader %d saw a mix", i)
 		require.NotContains(t, out, "reads=0 ", "reader %d read nothing", i)
 	}
-	mmEqual(t, mmVersion(byte('a'+(rounds-1)%26), size), mmChild(t, "read", path, nil), "after the last commit")
+	mmEqual(t, mmVersion(byte('a'+(rounds-1)%26), size), mmRead(t, path), "after the last commit")
 }
 
 // mmLoop is a helper process running readloop.
@@ -311,36 +452,15 @@ func (l *mmLoop) stop(t *testing.T) string {
 	return strings.TrimSpace(l.out.String()) + " "
 }
 
-// mmWriteThroughMap opens path read-write, copies v over it through a
-// shared map (v as long as the file), unmaps and closes.
-func mmWriteThroughMap(t *testing.T, path string, v []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	mp, err := unix.Mmap(int(f.Fd()), 0, len(v), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	require.NoError(t, err, "mmap MAP_SHARED read-write")
-	mmFill(t, mp, v)
-	require.NoError(t, unix.Munmap(mp))
-	require.NoError(t, f.Close())
-}
-
 // TestMmapMsyncFsyncCommits: msync(MS_SYNC) and fsync on the writer's fd
 // commit: another process sees the new bytes while the writer still has
 // the file open and mapped.
 func TestMmapMsyncFsyncCommits(t *testing.T) {
-	m := testfs.New(t)
-	path, page := m.Path("f"), os.Getpagesize()
-	v1, v2 := mmVersion('a', page+1), mmVersion('b', page+1)
-	require.NoError(t, os.WriteFile(path, v1, 0o644))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	mp := mmMap(t, f, len(v1), unix.PROT_READ|unix.PROT_WRITE)
-	mmFill(t, mp, v2)
-	require.NoError(t, unix.Msync(mp, unix.MS_SYNC))
-	require.NoError(t, f.Sync())
-	mmEqual(t, v2, mmChild(t, "read", path, nil), "another process's read after msync+fsync, writer still open")
+	v1, v2 := mmVersion('a', mmPage+1), mmVersion('b', mmPage+1)
+	_, path := mmSetup(t, v1)
+	w := mmStartSession(t, path)
+	w.do(t, "open rw", fmt.Sprint("map ", len(v1)), "fill b", "msync", "fsync")
+	mmEqual(t, v2, mmRead(t, path), "another process's read after msync+fsync, writer still open")
 	mmEqual(t, v2, mmChild(t, "map", path, nil), "another process's map after msync+fsync, writer still open")
 }
 
@@ -348,48 +468,29 @@ func TestMmapMsyncFsyncCommits(t *testing.T) {
 // writes the new size through a shared map: others see the old size and
 // bytes until the close, then the new size and bytes.
 func TestMmapGrowWithFtruncate(t *testing.T) {
-	m := testfs.New(t)
-	path, page := m.Path("f"), os.Getpagesize()
-	v1, v2 := mmVersion('a', 100), mmVersion('b', 3*page+17)
-	require.NoError(t, os.WriteFile(path, v1, 0o644))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	require.NoError(t, f.Truncate(int64(len(v2))))
-	mp, err := unix.Mmap(int(f.Fd()), 0, len(v2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	require.NoError(t, err, "mmap MAP_SHARED read-write")
-	mmFill(t, mp, v2)
-	mmEqual(t, v1, mmChild(t, "read", path, nil), "another process's read before the close")
-	require.NoError(t, unix.Munmap(mp))
-	require.NoError(t, f.Close())
-	mmEqual(t, v2, mmChild(t, "read", path, nil), "another process's read after the close")
+	v1, v2 := mmVersion('a', 100), mmVersion('b', 3*mmPage+17)
+	m, path := mmSetup(t, v1)
+	w := mmStartSession(t, path)
+	w.do(t, "open rw", fmt.Sprint("ftruncate ", len(v2)), fmt.Sprint("map ", len(v2)), "fill b")
+	mmEqual(t, v1, mmRead(t, path), "another process's read before the close")
+	w.do(t, "munmap", "close")
+	mmEqual(t, v2, mmRead(t, path), "another process's read after the close")
 	st, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, int64(len(v2)), st.Size(), "size through the mount")
-	b, err := os.ReadFile(m.BackingPath("f"))
-	require.NoError(t, err)
-	mmEqual(t, v2, b, "the file in BACKING")
+	mmEqual(t, v2, mmRead(t, m.BackingPath("f")), "the file in BACKING")
 }
 
 // TestMmapPrivate: a private map shows the file, takes writes of its
 // own, and none of them reach the file.
 func TestMmapPrivate(t *testing.T) {
-	m := testfs.New(t)
-	path, page := m.Path("f"), os.Getpagesize()
-	v1 := mmVersion('a', 2*page+5)
-	require.NoError(t, os.WriteFile(path, v1, 0o644))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	mp, err := unix.Mmap(int(f.Fd()), 0, len(v1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
-	require.NoError(t, err, "mmap MAP_PRIVATE")
-	mmEqual(t, v1, mmMapCopy(t, mp), "the private map")
-	mmFill(t, mp, mmVersion('z', len(v1)))
-	mmEqual(t, mmVersion('z', len(v1)), mmMapCopy(t, mp), "the private map after writing to it")
-	require.NoError(t, unix.Munmap(mp))
-	require.NoError(t, f.Close())
-	mmEqual(t, v1, mmChild(t, "read", path, nil), "the file after the private map's writes")
-	b, err := os.ReadFile(m.BackingPath("f"))
-	require.NoError(t, err)
-	mmEqual(t, v1, b, "the file in BACKING")
+	v1 := mmVersion('a', 2*mmPage+5)
+	m, path := mmSetup(t, v1)
+	p := mmStartSession(t, path)
+	p.do(t, "open rw", fmt.Sprint("mapprivate ", len(v1)))
+	mmShows(t, v1, p.do(t, "show"), "the private map")
+	mmShows(t, mmVersion('z', len(v1)), p.do(t, "fill z", "show"), "the private map after writing to it")
+	p.do(t, "munmap", "close")
+	mmEqual(t, v1, mmRead(t, path), "the file after the private map's writes")
+	mmEqual(t, v1, mmRead(t, m.BackingPath("f")), "the file in BACKING")
 }

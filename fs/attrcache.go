@@ -70,3 +70,33 @@ func (r *root) commitEpoch() (commitEpoch, bool) {
 func (r *root) stable(e commitEpoch, idle bool) bool {
 	return idle && r.commitsBegun.Load() == uint64(e)
 }
+
+// The kernel keeps one size for the inode and cuts its page cache to
+// any smaller size a reply gives: that drops a writer's dirty mapped
+// pages past the committed size (lost at its commit), and makes a
+// reader's map of a longer older version fault (SIGBUS). So while
+// handles with shared maps are open, no reply gives less than the
+// largest size one of them shows. Other processes then see that size,
+// not their own view, until the maps' descriptors are released.
+
+// grew records that a write reached end.
+func (h *handle) grew(end int64) {
+	for {
+		old := h.seen.Load()
+		if end <= old || h.seen.CompareAndSwap(old, end) {
+			return
+		}
+	}
+}
+
+// mappedSize is the largest size a handle of f with a shared map shows,
+// 0 if none; it never waits for a handle busy in a commit.
+func (f *file) mappedSize() int64 {
+	var size int64
+	for _, h := range f.handleList() {
+		if h.mapped.Load() {
+			size = max(size, h.seen.Load())
+		}
+	}
+	return size
+}

@@ -51,6 +51,10 @@ type handle struct {
 	obs       *commitObs // the commit in progress, with an Observer
 	// pendingSeen: the pending size at the last look of Server.Gauges.
 	pendingSeen atomic.Int64
+	// mapped: a shared map of this handle has faulted pages in (see
+	// mappedSize); seen: the size this handle last showed, for a map.
+	mapped atomic.Bool
+	seen   atomic.Int64
 }
 
 var (
@@ -103,6 +107,10 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	h.flushed = false
 	if err := h.refresh(); err != nil {
 		return nil, h.errno(err)
+	}
+	if fillsPages(ctx) && !h.mapped.Load() {
+		h.mapped.Store(true)
+		_, _ = h.statLocked() // records its size (seen)
 	}
 	n, err := h.pread(dest, off)
 	if err != nil {
@@ -199,6 +207,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
 	if n > 0 {
 		h.changed()
+		h.grew(off + int64(n))
 	}
 	if err != nil {
 		return uint32(max(n, 0)), h.errno(err)
@@ -227,6 +236,7 @@ func (h *handle) truncate(size uint64) error {
 		return err
 	}
 	h.changed()
+	h.seen.Store(int64(size))
 	return nil
 }
 
@@ -300,6 +310,10 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 func (h *handle) stat() (unix.Stat_t, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.statLocked()
+}
+
+func (h *handle) statLocked() (unix.Stat_t, error) {
 	if h.closed {
 		return unix.Stat_t{}, syscall.EBADF
 	}
@@ -308,6 +322,9 @@ func (h *handle) stat() (unix.Stat_t, error) {
 	}
 	st, err := fstat(int(h.base.Fd()))
 	if err != nil || h.stage == nil {
+		if err == nil {
+			h.seen.Store(st.Size)
+		}
 		return st, err
 	}
 	ps, err := fstat(int(h.stage.Fd()))
@@ -320,6 +337,7 @@ func (h *handle) stat() (unix.Stat_t, error) {
 		st.Size, st.Blocks = ps.Size, ps.Blocks
 	}
 	st.Mtim, st.Ctim = ps.Mtim, ps.Ctim
+	h.seen.Store(st.Size)
 	return st, nil
 }
 

@@ -296,8 +296,9 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 		return nil, n.errno(err)
 	}
 	in := n.child(ctx, nm, &st, out)
+	f := in.Operations().(*Node).f
+	out.Size = max(out.Size, uint64(f.mappedSize()))
 	if n.r.stable(epoch, idle) {
-		f := in.Operations().(*Node).f
 		out.SetAttrTimeout(f.attrTimeout(f.ver()))
 	}
 	return in, 0
@@ -340,6 +341,7 @@ func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		return n.errno(err)
 	}
 	fillAttr(&out.Attr, &st, n.f.ino)
+	out.Size = max(out.Size, uint64(n.f.mappedSize()))
 	out.SetTimeout(n.f.attrTimeout(ver))
 	return 0
 }

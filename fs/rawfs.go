@@ -22,6 +22,19 @@ func (w rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Att
 	return w.RawFileSystem.GetAttr(cancel, in, out)
 }
 
+// A READ without a lock owner fills the page cache: every open is direct
+// I/O, whose reads carry one, so this is a shared map's page fault. It
+// is marked with the same bit (see fillsPages).
+func (w rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	if in.ReadFlags&fuse.READ_LOCKOWNER == 0 {
+		in.Caller.Pid |= noFh
+	}
+	return w.RawFileSystem.Read(cancel, in, buf)
+}
+
+// fillsPages reports whether a READ fills the page cache for a map.
+func fillsPages(ctx context.Context) bool { return !hasFh(ctx) }
+
 // hasFh reports whether the request named its file handle.
 func hasFh(ctx context.Context) bool {
 	c, ok := fuse.FromContext(ctx)

@@ -28,6 +28,9 @@ import (
 )
 
 func main() {
+	if arg := os.Getenv(mmapChildEnv); arg != "" {
+		os.Exit(mmapChild(arg))
+	}
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(os.Stderr, "safefs-bench: %v\n", err)
 		os.Exit(1)
@@ -173,7 +176,7 @@ func runOne(ctx context.Context, w workload, t *target, cfg config) (r result, o
 	start := time.Now()
 	n, err := w.run(e)
 	r.value, r.err = n, err
-	if w.total == nil {
+	if w.total == nil && !w.rated {
 		r.value = n / time.Since(start).Seconds()
 	}
 	return r, ok

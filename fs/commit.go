@@ -40,6 +40,7 @@ func (h *handle) commit() error {
 	}
 	h.n.f.bump()
 	r.count.commits.Add(1)
+	h.rmwCommitted()
 	return nil
 }
 

@@ -47,6 +47,7 @@ type handle struct {
 	closer    uint32 // the thread whose close() is committing, 0 if none
 	closed    bool   // released: base and first are gone
 	private   bool   // an O_TMPFILE file not linked yet: writes go to base
+	rmw       rmwHandle
 }
 
 var (
@@ -97,6 +98,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.flushed = false
+	h.rmw.read = true
 	if err := h.refresh(); err != nil {
 		return nil, h.errno(err)
 	}
@@ -180,6 +182,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err := h.n.r.roomFor(h.uid, int64(len(data))); err != nil {
 		return 0, h.errno(err)
 	}
+	h.rmwWrite()
 	if err := h.copyUp(h.append); err != nil {
 		return 0, h.errno(err)
 	}
@@ -386,6 +389,7 @@ func (h *handle) close() {
 		return
 	}
 	h.discard()
+	h.rmwClose()
 	h.n.f.dropHandle(h)
 	h.setBase(nil, 0)
 	h.first.Close()

@@ -29,6 +29,14 @@ type Options struct {
 	// dropped (logged, counted) instead of kept. 0: the defaults.
 	RejectedMax     int64
 	RejectedUserMax int64
+	// Read-modify-write sessions (README): RMWAuto learns the files and
+	// programs that take them, RMWGlobs names files for every process;
+	// neither: off. RMWHold is how long a session outlives its holder's
+	// last close without a write; RMWWait the longest wait for one.
+	RMWAuto  bool
+	RMWGlobs []string
+	RMWHold  time.Duration
+	RMWWait  time.Duration
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.
@@ -38,5 +46,8 @@ func DefaultOptions() Options {
 		MaxWaiters:  256,
 		Durable:     true,
 		KillCheck:   true,
+		RMWAuto:     true,
+		RMWHold:     time.Second,
+		RMWWait:     3 * time.Second,
 	}
 }

@@ -328,3 +328,19 @@ func TestRMWStatsLine(t *testing.T) {
 		assert.Contains(t, f, k)
 	}
 }
+
+// TestRMWLearnedUntrusted: a learned file someone else could have
+// written (here: www-data's) is not read: the internal directory is
+// quarantined at mount like for a planted journal.
+func TestRMWLearnedUntrusted(t *testing.T) {
+	m, www, _, logs := rmwSetup(t, func(o *fs.Options) { o.RMWAuto = true })
+	m.stop(t)
+	p := m.BackingPath(fs.InternalDir, "rmw-learned")
+	require.NoError(t, os.WriteFile(p, []byte(`"data/count.txt" "perl /x.pl"`+"\n"), 0o600))
+	require.NoError(t, os.Chown(p, int(www.Uid), int(www.Gid)))
+	m.start(t)
+	require.Zero(t, logs.FilterMessage("rmw: learned").Len(), "the planted pair was read")
+	aside, err := filepath.Glob(m.BackingPath(fs.InternalDir + ".untrusted-*"))
+	require.NoError(t, err)
+	require.Len(t, aside, 1, "the internal directory was quarantined")
+}

@@ -50,6 +50,7 @@ func (h *handle) commitLocked() error {
 	h.n.f.bump()
 	h.n.f.uncache(h.n.EmbeddedInode())
 	r.count.commits.Add(1)
+	h.rmwCommitted()
 	return nil
 }
 

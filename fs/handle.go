@@ -55,6 +55,7 @@ type handle struct {
 	// mappedSize); seen: the size this handle last showed, for a map.
 	mapped atomic.Bool
 	seen   atomic.Int64
+	rmw    rmwHandle
 }
 
 var (
@@ -105,6 +106,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.flushed = false
+	h.rmw.read = true
 	if err := h.refresh(); err != nil {
 		return nil, h.errno(err)
 	}
@@ -192,6 +194,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err := h.n.r.roomFor(h.uid, int64(len(data))); err != nil {
 		return 0, h.errno(err)
 	}
+	h.rmwWrite()
 	if err := h.copyUp(h.append); err != nil {
 		return 0, h.errno(err)
 	}
@@ -412,6 +415,7 @@ func (h *handle) close() {
 		return
 	}
 	h.discard()
+	h.rmwClose()
 	h.n.f.dropHandle(h)
 	h.setBase(nil, 0)
 	h.first.Close()

@@ -30,7 +30,7 @@ func (u untrusted) Unwrap() error { return errUntrusted }
 // files, which may be missing.
 var (
 	internalParts = []string{journal.StagingDir, journal.UndoDir, journal.RejectedDir}
-	internalFiles = []string{"journal", "lock"}
+	internalFiles = []string{"journal", "lock", learnedName}
 )
 
 // openInternal opens the internal directory and its parts, creating them

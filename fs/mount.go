@@ -123,6 +123,10 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		return nil, err
 	}
 	r.locks = lockmgr.New(lockmgr.Options{Timeout: r.opts.LockTimeout, MaxWaiters: r.opts.MaxWaiters})
+	if err := r.rmwStart(); err != nil {
+		r.jr.Close()
+		return nil, err
+	}
 	st, err := fstat(r.rootfd)
 	if err != nil {
 		return nil, err
@@ -250,6 +254,7 @@ func (s *Server) release() {
 			f.dropGhost()
 		}
 		r.dirs.closeAll()
+		r.rmwStop()
 		r.logStats()
 		if err := r.jr.Close(); err != nil {
 			r.log.Warn("journal close", zap.Error(err))

@@ -121,10 +121,15 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if isWrite(flags) && !journalable(n.path()) {
 		return nil, 0, syscall.ENAMETOOLONG
 	}
+	// A session is waited for before the version is opened, so the
+	// opener reads what the previous holder committed.
+	sess := n.rmwEnter(ctx)
 	if err := n.r.takeFile(ctx); err != nil {
+		sess.Close()
 		return nil, 0, n.errno(err)
 	}
 	h, err := n.open(ctx, flags)
+	n.rmwOpened(h, sess, flags)
 	if err != nil {
 		n.r.files.give(callerUID(ctx))
 		return nil, 0, n.errno(err)
@@ -205,6 +210,9 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 		}
 		return nil, nil, err
 	}
+	// No session wait here: the kernel holds the directory's lock
+	// around CREATE. Learning still sees the write.
+	cn.rmwOpened(h, nil, flags)
 	return in, h, nil
 }
 

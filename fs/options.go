@@ -32,6 +32,14 @@ type Options struct {
 	// Observer is told of commits, rejections and recovery (metrics,
 	// audit); nil: none.
 	Observer Observer
+	// Read-modify-write sessions (README): RMWAuto learns the files and
+	// programs that take them, RMWGlobs names files for every process;
+	// neither: off. RMWHold is how long a session outlives its holder's
+	// last close without a write; RMWWait the longest wait for one.
+	RMWAuto  bool
+	RMWGlobs []string
+	RMWHold  time.Duration
+	RMWWait  time.Duration
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.
@@ -41,5 +49,8 @@ func DefaultOptions() Options {
 		MaxWaiters:  256,
 		Durable:     true,
 		KillCheck:   true,
+		RMWAuto:     true,
+		RMWHold:     time.Second,
+		RMWWait:     3 * time.Second,
 	}
 }

@@ -43,6 +43,7 @@ type root struct {
 	kept                       *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog logLimit
+	rmw       *rmwState // nil: read-modify-write sessions off
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests

@@ -20,15 +20,21 @@ type Stats struct {
 	// NoSpace: writes of non-root callers refused at the free space
 	// they may use (statfs f_bavail).
 	NoSpace int64
+	// Read-modify-write sessions: opened, opens that waited for one,
+	// waits refused because they would close a cycle, and waits given
+	// up after rmw_wait (those opens went on without a session).
+	RMWSessions, RMWWaits, RMWCycles, RMWGaveUp int64
 }
 
 type counters struct {
 	commits, rejected, killed, dropped, tooManyFiles, noSpace atomic.Int64
+	rmwSessions, rmwWaits, rmwCycles, rmwGaveUp               atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{Commits: c.commits.Load(), Rejected: c.rejected.Load(), Killed: c.killed.Load(),
-		Dropped: c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load()}
+		Dropped: c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load(),
+		RMWSessions: c.rmwSessions.Load(), RMWWaits: c.rmwWaits.Load(), RMWCycles: c.rmwCycles.Load(), RMWGaveUp: c.rmwGaveUp.Load()}
 }
 
 // Stats returns the counts since the mount.
@@ -41,5 +47,7 @@ func (r *root) logStats() {
 	st := r.count.snapshot()
 	r.log.Info("stats", zap.Int64("commits", st.Commits), zap.Int64("rejected", st.Rejected),
 		zap.Int64("rejected_dropped", st.Dropped), zap.Int64("killed_writers", st.Killed),
-		zap.Int64("too_many_files", st.TooManyFiles), zap.Int64("no_space", st.NoSpace))
+		zap.Int64("too_many_files", st.TooManyFiles), zap.Int64("no_space", st.NoSpace),
+		zap.Int64("rmw_sessions", st.RMWSessions), zap.Int64("rmw_waits", st.RMWWaits),
+		zap.Int64("rmw_cycles_broken", st.RMWCycles), zap.Int64("rmw_waits_given_up", st.RMWGaveUp))
 }

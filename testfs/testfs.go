@@ -4,6 +4,7 @@ package testfs
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
@@ -53,6 +54,7 @@ func New(t testing.TB, edit ...func(*fs.Options)) *Mount {
 	m.Opts = fs.DefaultOptions()
 	m.Opts.AllowOther = os.Geteuid() == 0
 	m.Opts.Log = zaptest.NewLogger(t)
+	rmwFromEnv(&m.Opts)
 	for _, e := range edit {
 		e(&m.Opts)
 	}
@@ -99,4 +101,19 @@ func (m *Mount) Path(names ...string) string {
 // BackingPath joins names under the backing directory.
 func (m *Mount) BackingPath(names ...string) string {
 	return filepath.Join(append([]string{m.Backing}, names...)...)
+}
+
+// rmwFromEnv applies SAFEFS_TEST_RMW (off, auto or GLOB[:GLOB...]) to
+// the options, so that a whole suite can run with sessions on or off
+// whatever the default is. Tests of sessions set their own options.
+func rmwFromEnv(o *fs.Options) {
+	switch v := os.Getenv("SAFEFS_TEST_RMW"); v {
+	case "":
+	case "off":
+		o.RMWAuto, o.RMWGlobs = false, nil
+	case "auto":
+		o.RMWAuto, o.RMWGlobs = true, nil
+	default:
+		o.RMWAuto, o.RMWGlobs = false, strings.Split(v, ":")
+	}
 }

@@ -75,6 +75,14 @@ var mountOptions = []mountOption{
 	{name: "audit", value: "FILE", help: "append one JSON line per commit and rejected commit to FILE; SIGHUP reopens it (off by default)",
 		show: func(c mountConfig) string { return offIfEmpty(c.auditFile) },
 		set:  setAudit},
+	{name: "rmw", value: "off|auto|GLOB[:GLOB...]", help: "read-modify-write sessions: an open of a selected file waits until another process's read and rewrite of it is done; auto: files and programs seen reading then rewriting without a lock; GLOB: paths below the mount root (no '/': the name in any directory)",
+		show: rmwName, set: setRMW},
+	{name: "rmw_hold", value: "DURATION", help: "how long a session outlives its holder's last close without a write",
+		show: func(c mountConfig) string { return c.fs.RMWHold.String() },
+		set:  func(c *mountConfig, v string) error { return setDuration(&c.fs.RMWHold, v) }},
+	{name: "rmw_wait", value: "DURATION", help: "longest wait for another process's session; then the open goes on without one",
+		show: func(c mountConfig) string { return c.fs.RMWWait.String() },
+		set:  func(c *mountConfig, v string) error { return setDuration(&c.fs.RMWWait, v) }},
 	{name: "debug", help: "trace FUSE requests",
 		show: func(c mountConfig) string { return onOff(c.fs.Debug) },
 		set:  func(c *mountConfig, _ string) error { c.fs.Debug = true; return nil }},
@@ -120,6 +128,52 @@ func setLockTimeout(c *mountConfig, v string) error {
 	}
 	c.fs.LockTimeout = d
 	return nil
+}
+
+func setDuration(dst *time.Duration, v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return errors.New("want a Go duration > 0, such as 1s or 500ms")
+	}
+	*dst = d
+	return nil
+}
+
+// setRMW parses rmw=off|auto|GLOB[:GLOB...]; auto may be one of the
+// items, with globs.
+func setRMW(c *mountConfig, v string) error {
+	if v == "off" {
+		c.fs.RMWAuto, c.fs.RMWGlobs = false, nil
+		return nil
+	}
+	auto, globs := false, []string{}
+	for _, item := range strings.Split(v, ":") {
+		if item == "auto" {
+			auto = true
+			continue
+		}
+		globs = append(globs, item)
+	}
+	if err := fs.CheckRMWGlobs(globs); err != nil {
+		return err
+	}
+	c.fs.RMWAuto, c.fs.RMWGlobs = auto, nil
+	if len(globs) > 0 {
+		c.fs.RMWGlobs = globs
+	}
+	return nil
+}
+
+func rmwName(c mountConfig) string {
+	var items []string
+	if c.fs.RMWAuto {
+		items = append(items, "auto")
+	}
+	items = append(items, c.fs.RMWGlobs...)
+	if len(items) == 0 {
+		return "off"
+	}
+	return strings.Join(items, ":")
 }
 
 func setMaxWaiters(c *mountConfig, v string) error {

@@ -38,6 +38,16 @@ func TestParseMountArgs(t *testing.T) {
 			c.fs.MaxFilesPerUser, c.fs.RejectedMax, c.fs.RejectedUserMax = 100, 2<<30, 512<<10
 		}},
 		{"size without unit", "-o rejected_max=4096 b m", func(c *mountConfig) { c.fs.RejectedMax = 4096 }},
+		{"rmw auto", "-o rmw=auto,rmw_hold=2s,rmw_wait=500ms b m", func(c *mountConfig) {
+			c.fs.RMWAuto, c.fs.RMWGlobs, c.fs.RMWHold, c.fs.RMWWait = true, nil, 2*time.Second, 500*time.Millisecond
+		}},
+		{"rmw globs", "-o rmw=*.cnt:data/count.txt b m", func(c *mountConfig) {
+			c.fs.RMWAuto, c.fs.RMWGlobs = false, []string{"*.cnt", "data/count.txt"}
+		}},
+		{"rmw auto and a glob", "-o rmw=auto:*.cnt b m", func(c *mountConfig) {
+			c.fs.RMWAuto, c.fs.RMWGlobs = true, []string{"*.cnt"}
+		}},
+		{"rmw off", "-o rmw=auto:x,rmw=off b m", func(c *mountConfig) { c.fs.RMWAuto, c.fs.RMWGlobs = false, nil }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,6 +67,7 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o max_waiters=two b m", "-o durability b m", "-o debug=1 b m", "--bogus b m",
 		"-o max_files_per_user=-1 b m", "-o rejected_max=0 b m", "-o rejected_max=1T b m",
 		"-o rejected_user_max=M b m", "-o rejected_max=99999999999G b m",
+		"-o rmw b m", "-o rmw= b m", "-o rmw=[x b m", "-o rmw=a:: b m", "-o rmw_hold=0 b m", "-o rmw_wait=soon b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))

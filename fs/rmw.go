@@ -1,0 +1,243 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+
+	"github.com/safefs/safefs/rmw"
+)
+
+// Read-modify-write sessions (README: "Read-modify-write sessions"). A
+// selected file's first open by a process takes a session on it, and
+// other processes' opens wait for it: so an unlocked counter's read and
+// its rewrite are not interleaved with another's. Sessions are kept in a
+// table of their own, not in the commit lock: a commit never waits for
+// a session, so a process outside every session (it opened before the
+// file was selected, or gave up waiting) commits exactly as before.
+
+// rmwState is a mount's session table and selection.
+type rmwState struct {
+	table   *rmw.Table
+	globs   rmw.Globs
+	auto    bool
+	learned *rmw.Learned
+	reads   *rmw.Reads
+	exits   *exitWatch
+	saveMu  sync.Mutex
+	warnLog logLimit
+}
+
+// rmwReadKeep is how long a read is remembered as the first half of a
+// read-modify-write: a CGI script rewrites within milliseconds.
+const rmwReadKeep = 30 * time.Second
+
+func (r *root) rmwStart() error {
+	o := r.opts
+	if !o.RMWAuto && len(o.RMWGlobs) == 0 {
+		return nil
+	}
+	ex, err := newExitWatch()
+	if err != nil {
+		return err
+	}
+	x := &rmwState{table: rmw.New(o.RMWHold), globs: o.RMWGlobs, auto: o.RMWAuto,
+		learned: rmw.NewLearned(), reads: rmw.NewReads(rmwReadKeep), exits: ex}
+	if o.RMWAuto {
+		x.learned = r.loadLearned()
+	}
+	r.rmw = x
+	r.log.Info("rmw sessions on", zap.Bool("auto", x.auto), zap.Strings("globs", x.globs),
+		zap.Duration("rmw_hold", o.RMWHold), zap.Duration("rmw_wait", o.RMWWait), zap.Int("learned", len(x.learned.List())))
+	return nil
+}
+
+func (r *root) rmwStop() {
+	if r.rmw != nil {
+		r.rmw.exits.stop()
+	}
+}
+
+// rmwHandle is a handle's part in sessions.
+type rmwHandle struct {
+	sess  *rmw.Session // the session it was opened under, nil if none
+	read  bool         // read from: a write on it may be a read-modify-write
+	tried bool         // the learning check ran for it
+}
+
+// rmwEnter gives the caller a session on n if n is selected for it,
+// waiting for another process's session if need be. nil: no session.
+func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
+	x := n.r.rmw
+	if x == nil {
+		return nil
+	}
+	c, ok := fuse.FromContext(ctx)
+	if !ok || c.Pid == 0 {
+		return nil
+	}
+	pid, sel := n.rmwSelected(c.Pid)
+	if !sel {
+		return nil
+	}
+	s, out, other := x.table.Enter(ctx, n.f.ino, int32(pid), isFamily, n.r.opts.RMWWait)
+	n.r.rmwCount(n, out, pid, other)
+	if s != nil && (out == rmw.Took || out == rmw.Granted) {
+		x.exits.watch(s.Holder, s)
+	}
+	return s
+}
+
+// rmwSelected reports whether thread tid's opens of n take sessions,
+// and its process. Globs select every process; learned paths only the
+// programs seen doing a read-modify-write on them.
+func (n *Node) rmwSelected(tid uint32) (uint32, bool) {
+	x := n.r.rmw
+	paths := n.names()
+	for _, p := range paths {
+		if x.globs.Match(p) {
+			return rmwTgid(tid), true
+		}
+	}
+	if !x.auto {
+		return 0, false
+	}
+	for _, p := range paths {
+		if x.learned.HasPath(p) {
+			// A program that cannot be told takes a session: a
+			// session costs a reader time, a missed one an increment.
+			pid := rmwTgid(tid)
+			cmd := program(pid)
+			return pid, cmd == "" || x.learned.Has(rmw.Pair{Path: p, Cmd: cmd})
+		}
+	}
+	return 0, false
+}
+
+// names are n's paths below the mount root.
+func (n *Node) names() []string {
+	var out []string
+	for _, o := range n.f.nameList() {
+		out = append(out, o.rel())
+	}
+	return out
+}
+
+func (r *root) rmwCount(n *Node, out rmw.Outcome, pid uint32, other int32) {
+	c := &r.count
+	switch out {
+	case rmw.Took:
+		c.rmwSessions.Add(1)
+	case rmw.Granted:
+		c.rmwSessions.Add(1)
+		c.rmwWaits.Add(1)
+	case rmw.Cycle:
+		c.rmwCycles.Add(1)
+		r.rmwWarn("rmw: waiting would close a cycle: opened without a session", n, pid, other)
+	case rmw.GaveUp:
+		c.rmwWaits.Add(1)
+		c.rmwGaveUp.Add(1)
+		r.rmwWarn("rmw: waited rmw_wait for another process's session: opened without one", n, pid, other)
+	case rmw.Stopped:
+		c.rmwWaits.Add(1)
+	}
+}
+
+// rmwWarn logs one line naming the path and both processes.
+func (r *root) rmwWarn(msg string, n *Node, pid uint32, other int32) {
+	ok, skipped := r.rmw.warnLog.allow()
+	if !ok {
+		return
+	}
+	r.log.Warn(msg, zap.String("path", logPath(n.path())),
+		zap.Uint32("pid", pid), zap.String("cmdline", cmdline(pid)),
+		zap.Int32("holder_pid", other), zap.String("holder_cmdline", cmdline(uint32(other))),
+		zap.Int("not_logged_before", skipped))
+}
+
+// rmwOpened ties a new handle to its session (or closes the session if
+// the open failed) and, in auto mode, learns from the open.
+func (n *Node) rmwOpened(h *handle, s *rmw.Session, flags uint32) {
+	x := n.r.rmw
+	if x == nil {
+		return
+	}
+	if h == nil {
+		s.Close()
+		return
+	}
+	h.rmw.sess = s
+	if !x.auto || h.tgid == 0 {
+		return
+	}
+	if !isWrite(flags) {
+		x.reads.Note(n.f.ino, int32(h.tgid))
+		return
+	}
+	if s == nil && x.reads.Read(n.f.ino, int32(h.tgid)) {
+		h.rmw.tried = true
+		n.r.rmwLearn(n, h.tgid)
+	}
+}
+
+// rmwWrite is a write on h (h.mu held): the first write on a handle it
+// read from, with no session, is a read-modify-write through one
+// descriptor (open +<, read, rewrite).
+func (h *handle) rmwWrite() {
+	x := h.n.r.rmw
+	if x == nil || !x.auto || !h.rmw.read || h.rmw.tried || h.rmw.sess != nil || h.tgid == 0 {
+		return
+	}
+	h.rmw.tried = true
+	h.n.r.rmwLearn(h.n, h.tgid)
+}
+
+// rmwLearn learns (path, program) for process pid, which read the file
+// and now writes it, unless it holds a flock or fcntl lock: then it
+// serializes itself, and a session could only add a wait.
+func (r *root) rmwLearn(n *Node, pid uint32) {
+	x := r.rmw
+	if x.learned.Full() {
+		return
+	}
+	p := rmw.Pair{Path: n.path(), Cmd: program(pid)}
+	if p.Cmd == "" || x.learned.Has(p) || holdsLock(pid) {
+		return
+	}
+	if !x.learned.Add(p) {
+		return
+	}
+	r.log.Info("rmw: learned a read-modify-write without a lock: its opens of this file take sessions",
+		zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd), zap.Uint32("pid", pid))
+	r.saveLearned(x)
+}
+
+// rmwCommitted ends the session a commit of h completes: the holder's
+// (or its family's, through a handle opened in the session) first
+// commit of the file.
+func (h *handle) rmwCommitted() {
+	x := h.n.r.rmw
+	if x == nil {
+		return
+	}
+	s := x.table.Held(h.n.f.ino)
+	if s == nil {
+		return
+	}
+	if s == h.rmw.sess || uint32(s.Holder) == h.tgid || uint32(s.Holder) == h.closer {
+		s.End()
+	}
+}
+
+// rmwClose: the handle is released.
+func (h *handle) rmwClose() {
+	s := h.rmw.sess
+	h.rmw.sess = nil
+	s.Close()
+}
+
+// CheckRMWGlobs reports a malformed glob of Options.RMWGlobs.
+func CheckRMWGlobs(globs []string) error { return rmw.Globs(globs).Valid() }

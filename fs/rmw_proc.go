@@ -1,0 +1,166 @@
+package fs
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What sessions read from /proc: the parent chain (re-entrance for a
+// holder's children), the command line (the program learned), and lock
+// lines (learning only). Every read is bounded, as in procfs.go.
+
+// rmwProcWait bounds these reads. They are about the caller, which is
+// waiting in this very open: longer than procWait, since a read that
+// does not come in time on a loaded machine would cost a session (each
+// one missed loses up to as many increments as there are waiters).
+const rmwProcWait = 2 * time.Second
+
+func rmwBounded[T any](def T, fn func() T) T {
+	ch := make(chan T, 1)
+	go func() { ch <- fn() }()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(rmwProcWait):
+		return def
+	}
+}
+
+// rmwTgid is the process of thread tid; tid itself if that cannot be
+// told (it is the process of a single-threaded program).
+func rmwTgid(tid uint32) uint32 {
+	s := rmwBounded("", func() string { return readStatus(tid, "Tgid") })
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n == 0 {
+		return tid
+	}
+	return uint32(n)
+}
+
+// maxAncestry bounds the walk up a parent chain.
+const maxAncestry = 64
+
+// isFamily reports whether pid is holder or one of its descendants: a
+// CGI script that forks a child that opens the file must not wait for
+// its own parent.
+func isFamily(holder, pid int32) bool {
+	return rmwBounded(false, func() bool {
+		p := pid
+		for range maxAncestry {
+			if p == holder {
+				return true
+			}
+			if p <= 1 {
+				return false
+			}
+			pp, err := parentOf(p)
+			if err != nil {
+				return false
+			}
+			p = pp
+		}
+		return false
+	})
+}
+
+// parentOf reads field 4 of /proc/<pid>/stat.
+func parentOf(pid int32) (int32, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, os.ErrInvalid
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 {
+		return 0, os.ErrInvalid
+	}
+	n, err := strconv.ParseInt(string(f[1]), 10, 32)
+	return int32(n), err
+}
+
+// args returns the first arguments of pid's command line.
+func args(pid uint32) []string {
+	if pid == 0 {
+		return nil
+	}
+	return rmwBounded(nil, func() []string {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		b := make([]byte, 4096)
+		n, _ := f.Read(b)
+		return strings.Split(strings.TrimRight(string(b[:n]), "\x00"), "\x00")
+	})
+}
+
+// program names what pid runs, for learning: the executable and its
+// first argument that is not an option (an interpreter's script), so
+// that a CGI counter is one program whatever its query.
+func program(pid uint32) string {
+	a := args(pid)
+	if len(a) == 0 || a[0] == "" {
+		return ""
+	}
+	for _, x := range a[1:] {
+		if x != "" && !strings.HasPrefix(x, "-") {
+			return a[0] + " " + x
+		}
+	}
+	return a[0]
+}
+
+// cmdline is pid's command line for a log line, shortened.
+func cmdline(pid uint32) string {
+	s := strings.Join(args(pid), " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+// holdsLock reports whether process pid holds a flock, POSIX or OFD
+// lock on any file: /proc/<pid>/fdinfo lists the locks each descriptor
+// owns. Read only for a learning candidate, never per open. Unknown
+// counts as holding one (nothing is learned).
+func holdsLock(pid uint32) bool {
+	return bounded(true, func() bool {
+		dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return true
+		}
+		for _, e := range ents {
+			if fdHoldsLock(dir + "/" + e.Name()) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func fdHoldsLock(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false // closed meanwhile
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// "lock:\t1: FLOCK  ADVISORY  WRITE 123 00:2f:5 0 EOF"; a
+		// request still waiting ("->") is not held.
+		if rest, ok := strings.CutPrefix(sc.Text(), "lock:"); ok && !strings.Contains(rest, "->") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,310 @@
+// Package rmw keeps read-modify-write sessions: per-file exclusive
+// sessions held by a process from its first open of the file until its
+// first commit, its exit, or a hold time after its last close. Waiters
+// are served FIFO; a wait that would close a cycle in the wait-for graph
+// is refused at once, and every wait is bounded. Giving up never fails
+// the caller: it proceeds without a session, as on a plain directory.
+//
+// The package has no FUSE dependency: keys are logical files, processes
+// are thread-group ids.
+package rmw
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Outcome says how Enter ended.
+type Outcome int
+
+const (
+	Took    Outcome = iota // a new session, no wait
+	Joined                 // the caller's own session, or its ancestor's
+	Granted                // a session after a wait
+	Cycle                  // waiting would close a cycle: no session
+	GaveUp                 // waited the whole wait: no session
+	Stopped                // ctx ended (the request was interrupted): no session
+	// Passed: the caller gave up on (or broke a cycle with) this very
+	// session before: it goes on without one again, at once, so that a
+	// script's later opens of the file do not wait a second time.
+	Passed
+)
+
+// Table holds the sessions of one mount.
+type Table struct {
+	hold time.Duration // how long a session outlives its last close
+
+	mu    sync.Mutex
+	held  map[uint64]*Session
+	waits map[int32][]uint64 // process -> keys it waits for
+}
+
+// Session is one process's exclusive session on one key.
+type Session struct {
+	Key    uint64
+	Holder int32
+
+	t     *Table
+	open  int // handles open under the session (guarded by t.mu)
+	ended bool
+	gen   int // bumped when a hold timer is armed or cancelled
+	timer *time.Timer
+	queue []*waiter
+	// passed: processes that went on without this session (Passed).
+	passed map[int32]bool
+}
+
+type waiter struct {
+	pid int32
+	ch  chan struct{} // closed when granted
+	s   *Session      // the session granted
+}
+
+// New returns a table whose sessions end hold after their last close.
+func New(hold time.Duration) *Table {
+	return &Table{hold: hold, held: map[uint64]*Session{}, waits: map[int32][]uint64{}}
+}
+
+// Family reports whether pid is holder or one of its descendants. It
+// may be slow (it reads /proc): Enter calls it without the table lock.
+type Family func(holder, pid int32) bool
+
+// Enter gives pid a session on key, joining its own (or an ancestor's),
+// or waiting up to wait. Every session returned counts one open: the
+// caller calls Close once for it. holder is the other process involved
+// when the outcome is Cycle or GaveUp.
+func (t *Table) Enter(ctx context.Context, key uint64, pid int32, fam Family, wait time.Duration) (s *Session, out Outcome, holder int32) {
+	t.mu.Lock()
+	for range 4 {
+		s = t.held[key]
+		if s == nil {
+			s = t.takeLocked(key, pid)
+			t.mu.Unlock()
+			return s, Took, 0
+		}
+		if s.Holder == pid {
+			s.joinLocked()
+			t.mu.Unlock()
+			return s, Joined, 0
+		}
+		if s.passed[pid] {
+			t.mu.Unlock()
+			return nil, Passed, s.Holder
+		}
+		h := s.Holder
+		t.mu.Unlock()
+		inFamily := fam != nil && fam(h, pid)
+		t.mu.Lock()
+		if s2 := t.held[key]; s2 == s && s.Holder == h {
+			if inFamily {
+				s.joinLocked()
+				t.mu.Unlock()
+				return s, Joined, 0
+			}
+			break
+		}
+		// The session changed hands meanwhile: look again.
+	}
+	s = t.held[key]
+	if s == nil {
+		s = t.takeLocked(key, pid)
+		t.mu.Unlock()
+		return s, Took, 0
+	}
+	if t.reachesLocked(s.Holder, pid) {
+		s.passLocked(pid)
+		t.mu.Unlock()
+		return nil, Cycle, s.Holder
+	}
+	w := &waiter{pid: pid, ch: make(chan struct{})}
+	s.queue = append(s.queue, w)
+	t.waits[pid] = append(t.waits[pid], key)
+	t.mu.Unlock()
+	return t.await(ctx, key, w, wait)
+}
+
+// await blocks until w is granted, the wait passes or ctx ends. If the
+// grant and the end come together, the lock decides: still queued means
+// we leave; not queued means the session is ours.
+func (t *Table) await(ctx context.Context, key uint64, w *waiter, wait time.Duration) (*Session, Outcome, int32) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	out := GaveUp
+	select {
+	case <-w.ch:
+		return w.s, Granted, 0
+	case <-timer.C:
+	case <-ctx.Done():
+		out = Stopped
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.held[key]
+	if s != nil {
+		if i := slices.Index(s.queue, w); i >= 0 {
+			s.queue = slices.Delete(s.queue, i, i+1)
+			t.unwaitLocked(w.pid, key)
+			s.passLocked(w.pid)
+			return nil, out, s.Holder
+		}
+	}
+	return w.s, Granted, 0
+}
+
+func (s *Session) passLocked(pid int32) {
+	if s.passed == nil {
+		s.passed = map[int32]bool{}
+	}
+	s.passed[pid] = true
+}
+
+func (t *Table) takeLocked(key uint64, pid int32) *Session {
+	s := &Session{Key: key, Holder: pid, t: t, open: 1}
+	t.held[key] = s
+	return s
+}
+
+// joinLocked counts one more open and stops a pending hold timer.
+func (s *Session) joinLocked() {
+	s.open++
+	s.gen++
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+}
+
+// reachesLocked reports whether from waits, directly or through the
+// holders it waits for, for a session pid holds.
+func (t *Table) reachesLocked(from, pid int32) bool {
+	seen := map[int32]bool{}
+	stack := []int32{from}
+	for len(stack) > 0 {
+		p := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if p == pid {
+			return true
+		}
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		for _, k := range t.waits[p] {
+			if s := t.held[k]; s != nil {
+				stack = append(stack, s.Holder)
+			}
+		}
+	}
+	return false
+}
+
+func (t *Table) unwaitLocked(pid int32, key uint64) {
+	ks := t.waits[pid]
+	if i := slices.Index(ks, key); i >= 0 {
+		ks = slices.Delete(ks, i, i+1)
+	}
+	if len(ks) == 0 {
+		delete(t.waits, pid)
+	} else {
+		t.waits[pid] = ks
+	}
+}
+
+// Held returns the session on key, nil if none.
+func (t *Table) Held(key uint64) *Session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.held[key]
+}
+
+// Len is the number of sessions held.
+func (t *Table) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.held)
+}
+
+// Waiting is how many processes wait for key.
+func (t *Table) Waiting(key uint64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.held[key]; s != nil {
+		return len(s.queue)
+	}
+	return 0
+}
+
+// Close ends one open counted by Enter. After the last, the session
+// lasts the hold time, unless an open joins it meanwhile. Close of a
+// nil session does nothing.
+func (s *Session) Close() {
+	if s == nil {
+		return
+	}
+	t := s.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s.ended || s.open == 0 {
+		return
+	}
+	s.open--
+	if s.open > 0 {
+		return
+	}
+	s.gen++
+	gen := s.gen
+	s.timer = time.AfterFunc(t.hold, func() { s.endIf(gen) })
+}
+
+// endIf ends s if no open joined it since the timer of gen was armed.
+func (s *Session) endIf(gen int) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	if s.gen == gen && s.open == 0 {
+		s.endLocked()
+	}
+}
+
+// End ends the session (commit, exit) and hands the key to the first
+// waiter. Ending an ended session does nothing.
+func (s *Session) End() {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	s.endLocked()
+}
+
+// Ended reports whether the session is over.
+func (s *Session) Ended() bool {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.ended
+}
+
+func (s *Session) endLocked() {
+	if s.ended {
+		return
+	}
+	t := s.t
+	s.ended = true
+	s.gen++
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	if t.held[s.Key] != s {
+		return
+	}
+	if len(s.queue) == 0 {
+		delete(t.held, s.Key)
+		return
+	}
+	w := s.queue[0]
+	next := t.takeLocked(s.Key, w.pid)
+	next.queue = s.queue[1:]
+	s.queue = nil
+	t.unwaitLocked(w.pid, s.Key)
+	w.s = next
+	close(w.ch)
+}

@@ -1,0 +1,241 @@
+package rmw
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const long = time.Minute // a wait that must not be what ends the test
+
+func enter(t *testing.T, tb *Table, key uint64, pid int32, wait time.Duration) (*Session, Outcome) {
+	t.Helper()
+	s, out, _ := tb.Enter(context.Background(), key, pid, nil, wait)
+	return s, out
+}
+
+func TestTakeJoinEnd(t *testing.T) {
+	tb := New(long)
+	s, out := enter(t, tb, 1, 10, long)
+	if out != Took || s.Holder != 10 {
+		t.Fatalf("first enter: %v holder %d", out, s.Holder)
+	}
+	s2, out := enter(t, tb, 1, 10, long)
+	if out != Joined || s2 != s {
+		t.Fatalf("same process: %v", out)
+	}
+	s.End()
+	if tb.Held(1) != nil || !s.Ended() {
+		t.Fatal("session still held after End")
+	}
+	if _, out := enter(t, tb, 1, 11, long); out != Took {
+		t.Fatalf("after end: %v", out)
+	}
+}
+
+func TestFamilyJoins(t *testing.T) {
+	tb := New(long)
+	s, _ := enter(t, tb, 1, 10, long)
+	fam := func(holder, pid int32) bool { return holder == 10 && pid == 20 }
+	s2, out, _ := tb.Enter(context.Background(), 1, 20, fam, long)
+	if out != Joined || s2 != s {
+		t.Fatalf("child of holder: %v", out)
+	}
+}
+
+// TestWaitFIFO: waiters get the session in arrival order, each when the
+// previous one ends it.
+func TestWaitFIFO(t *testing.T) {
+	tb := New(long)
+	s, _ := enter(t, tb, 1, 1, long)
+	var mu sync.Mutex
+	var order []int32
+	var wg sync.WaitGroup
+	for pid := int32(2); pid <= 5; pid++ {
+		wg.Go(func() {
+			s, out := enter(t, tb, 1, pid, long)
+			if out != Granted {
+				t.Errorf("pid %d: %v", pid, out)
+				return
+			}
+			mu.Lock()
+			order = append(order, pid)
+			mu.Unlock()
+			s.End()
+		})
+		for tb.Waiting(1) != int(pid-1) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	s.End()
+	wg.Wait()
+	if len(order) != 4 || order[0] != 2 || order[1] != 3 || order[2] != 4 || order[3] != 5 {
+		t.Fatalf("order %v, want [2 3 4 5]", order)
+	}
+	if tb.Len() != 0 {
+		t.Fatalf("%d sessions left", tb.Len())
+	}
+}
+
+// TestCycleBroken: A holds X and waits for Y; B holds Y and asks for X:
+// B gets Cycle at once, naming A.
+func TestCycleBroken(t *testing.T) {
+	tb := New(long)
+	const a, b, x, y = 1, 2, 100, 200
+	enter(t, tb, x, a, long)
+	sy, _ := enter(t, tb, y, b, long)
+	done := make(chan Outcome)
+	go func() { _, out := enter(t, tb, y, a, long); done <- out }()
+	for tb.Waiting(y) != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	s, out, holder := tb.Enter(context.Background(), x, b, nil, long)
+	if out != Cycle || s != nil || holder != a {
+		t.Fatalf("closing the cycle: %v holder %d", out, holder)
+	}
+	if _, out, _ := tb.Enter(context.Background(), x, b, nil, long); out != Passed {
+		t.Fatalf("B's next open of X: %v, want Passed", out)
+	}
+	sy.End()
+	if out := <-done; out != Granted {
+		t.Fatalf("A after B ended Y: %v", out)
+	}
+}
+
+// TestLongCycle: A waits for B, B waits for C, C asks for A's file.
+func TestLongCycle(t *testing.T) {
+	tb := New(long)
+	enter(t, tb, 1, 10, long)
+	enter(t, tb, 2, 20, long)
+	enter(t, tb, 3, 30, long)
+	go enter(t, tb, 2, 10, long) // 10 waits for 20
+	for tb.Waiting(2) != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go enter(t, tb, 3, 20, long) // 20 waits for 30
+	for tb.Waiting(3) != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, out := enter(t, tb, 1, 30, long); out != Cycle {
+		t.Fatalf("30 asking for 10's file: %v, want Cycle", out)
+	}
+}
+
+func TestGiveUp(t *testing.T) {
+	tb := New(long)
+	enter(t, tb, 1, 10, long)
+	s, out, holder := tb.Enter(context.Background(), 1, 11, nil, 20*time.Millisecond)
+	if out != GaveUp || s != nil || holder != 10 {
+		t.Fatalf("%v holder %d", out, holder)
+	}
+	if tb.Waiting(1) != 0 {
+		t.Fatal("gave up but still queued")
+	}
+	if _, out, _ := tb.Enter(context.Background(), 1, 11, nil, long); out != Passed {
+		t.Fatalf("second open after giving up: %v, want Passed", out)
+	}
+}
+
+func TestStopped(t *testing.T) {
+	tb := New(long)
+	enter(t, tb, 1, 10, long)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, out, _ := tb.Enter(ctx, 1, 11, nil, long); out != Stopped {
+		t.Fatalf("%v, want Stopped", out)
+	}
+}
+
+// TestHoldAfterLastClose: the session ends hold after its last close,
+// not before, and a join in between keeps it.
+func TestHoldAfterLastClose(t *testing.T) {
+	tb := New(50 * time.Millisecond)
+	s, _ := enter(t, tb, 1, 10, long)
+	s2, _ := enter(t, tb, 1, 10, long)
+	s.Close()
+	time.Sleep(100 * time.Millisecond)
+	if s.Ended() {
+		t.Fatal("ended while a handle was still open")
+	}
+	s2.Close()
+	waited := make(chan Outcome)
+	go func() { _, out := enter(t, tb, 1, 11, long); waited <- out }()
+	select {
+	case out := <-waited:
+		if out != Granted && out != Took {
+			t.Fatalf("waiter: %v", out)
+		}
+	case <-time.After(long):
+		t.Fatal("hold never ended")
+	}
+	if !s.Ended() {
+		t.Fatal("session not ended")
+	}
+}
+
+func TestLearnedRoundTrip(t *testing.T) {
+	l := NewLearned()
+	l.Add(Pair{"data/count.txt", "perl /cgi/count.pl"})
+	l.Add(Pair{"a\nb \"q\"", "x y"})
+	if l.Add(Pair{"data/count.txt", "perl /cgi/count.pl"}) {
+		t.Fatal("duplicate added")
+	}
+	got, err := Decode(strings.NewReader(string(l.Encode())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Has(Pair{"a\nb \"q\"", "x y"}) || !got.HasPath("data/count.txt") || len(got.List()) != 2 {
+		t.Fatalf("decoded %v", got.List())
+	}
+}
+
+func TestLearnedBadAndBounded(t *testing.T) {
+	for _, bad := range []string{"x y\n", "\"a\"\n", "\"/abs\" \"c\"\n", "\"a\" \"c\" junk\n"} {
+		if _, err := Decode(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q decoded", bad)
+		}
+	}
+	l := NewLearned()
+	for i := range MaxLearned + 10 {
+		l.Add(Pair{strings.Repeat("p", i+1), "c"})
+	}
+	if len(l.List()) != MaxLearned || !l.Full() {
+		t.Fatalf("%d pairs kept", len(l.List()))
+	}
+	var b strings.Builder
+	b.Write(l.Encode())
+	b.WriteString("\"extra\" \"c\"\n")
+	got, err := Decode(strings.NewReader(b.String()))
+	if err != nil || len(got.List()) != MaxLearned {
+		t.Fatalf("decode of a long file: %v, %d pairs", err, len(got.List()))
+	}
+}
+
+func TestGlobs(t *testing.T) {
+	g := Globs{"*.cnt", "data/count.txt"}
+	for p, want := range map[string]bool{"a.cnt": true, "x/y/a.cnt": true, "data/count.txt": true,
+		"count.txt": false, "other/data/count.txt": false, "a.cnt.bak": false} {
+		if g.Match(p) != want {
+			t.Errorf("%s: %v", p, !want)
+		}
+	}
+	if (Globs{"[x"}).Valid() == nil || (Globs{""}).Valid() == nil || g.Valid() != nil {
+		t.Fatal("Valid")
+	}
+}
+
+func TestReads(t *testing.T) {
+	r := NewReads(time.Minute)
+	r.Note(1, 10)
+	if !r.Read(1, 10) || r.Read(1, 11) || r.Read(2, 10) {
+		t.Fatal("reads")
+	}
+	for i := range maxReads + 5 {
+		r.Note(uint64(i+100), 1)
+	}
+	if len(r.seen) > maxReads {
+		t.Fatalf("%d entries", len(r.seen))
+	}
+}

@@ -32,6 +32,10 @@ var fromStats = []struct {
 	{"safefs_rejected_dropped_total", "Rejected commits whose bytes were dropped because rejected/ was full.", func(s fs.Stats) int64 { return s.Dropped }},
 	{"safefs_too_many_files_total", "Opens refused with EMFILE or ENFILE (files open per user or in all).", func(s fs.Stats) int64 { return s.TooManyFiles }},
 	{"safefs_no_space_total", "Writes of non-root callers refused at the space reserved for root (ENOSPC).", func(s fs.Stats) int64 { return s.NoSpace }},
+	{"safefs_rmw_sessions_total", "Read-modify-write sessions opened.", func(s fs.Stats) int64 { return s.RMWSessions }},
+	{"safefs_rmw_waits_total", "Opens that waited for another process's read-modify-write session.", func(s fs.Stats) int64 { return s.RMWWaits }},
+	{"safefs_rmw_cycles_broken_total", "Session waits refused because they would close a cycle.", func(s fs.Stats) int64 { return s.RMWCycles }},
+	{"safefs_rmw_waits_given_up_total", "Session waits that ended after rmw_wait without a session.", func(s fs.Stats) int64 { return s.RMWGaveUp }},
 }
 
 // fromGauges are the mount's levels, read at scrape: one line each.

@@ -17,6 +17,7 @@ type mountConfig struct {
 	logLevel   string
 	logFile    string // "" logs to stderr (or syslog in the background)
 	foreground bool   // the fstab form stays in the foreground
+	pprof      string // HOST:PORT serving net/http/pprof; "" for off
 }
 
 func defaultMountConfig() mountConfig {
@@ -79,6 +80,9 @@ var mountOptions = []mountOption{
 	{name: "log_file", value: "PATH", help: "append the log to PATH instead of stderr (or syslog in the background)",
 		show: func(c mountConfig) string { return orNone(c.logFile) },
 		set:  setLogFile},
+	{name: "pprof", value: "HOST:PORT", help: "serve net/http/pprof on this loopback address (profiling); an address in use fails the mount (exit 2)",
+		show: func(c mountConfig) string { return orNone(c.pprof) },
+		set:  setPprof},
 	{name: "foreground", help: "fstab form (safefs BACKING MOUNTPOINT): stay in the foreground; safefs mount always does",
 		show: func(c mountConfig) string { return onOff(c.foreground) },
 		set:  func(c *mountConfig, _ string) error { c.foreground = true; return nil }},

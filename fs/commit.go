@@ -35,6 +35,7 @@ func (h *handle) commitLocked() error {
 		return h.reject(err)
 	}
 	defer g.Release()
+	base := h.base
 	if h.append {
 		err = h.commitAppend(g)
 	} else {
@@ -48,6 +49,12 @@ func (h *handle) commitLocked() error {
 		return h.reject(err)
 	}
 	h.n.f.bump()
+	if h.base != base {
+		// A replace made the staging file base: it is the version just
+		// bumped to (no other commit of the file runs: we hold its lock),
+		// so the next stat or read need not reopen it.
+		h.baseVer = h.n.f.ver()
+	}
 	h.n.f.uncache(h.n.EmbeddedInode())
 	r.count.commits.Add(1)
 	h.rmwCommitted()

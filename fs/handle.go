@@ -232,11 +232,14 @@ func (h *handle) truncate(size uint64) error {
 	if err := h.unappend(size == 0); err != nil {
 		return err
 	}
+	fresh := h.stage == nil // copyUp makes it empty: nothing to cut
 	if err := h.copyUp(size == 0); err != nil {
 		return err
 	}
-	if err := unix.Ftruncate(int(h.stage.Fd()), int64(size)); err != nil {
-		return err
+	if !fresh || size != 0 {
+		if err := unix.Ftruncate(int(h.stage.Fd()), int64(size)); err != nil {
+			return err
+		}
 	}
 	h.changed()
 	h.seen.Store(int64(size))
@@ -433,7 +436,7 @@ func (h *handle) deferTrunc(ctx context.Context) bool {
 	if !ok {
 		return false
 	}
-	if tgid := tgidOf(c.Pid); tgid != 0 && tgid != h.tgid {
+	if tgid := h.tgidOf(c.Pid); tgid != 0 && tgid != h.tgid {
 		return true
 	}
 	return holdsOpen(c.Pid, h.n.mountPaths())
@@ -449,7 +452,7 @@ func (h *handle) openerGoesOn(ctx context.Context) bool {
 	if !ok || h.tgid == 0 {
 		return false
 	}
-	if tgid := tgidOf(c.Pid); tgid == 0 || tgid == h.tgid {
+	if tgid := h.tgidOf(c.Pid); tgid == 0 || tgid == h.tgid {
 		return false
 	}
 	return holdsOpen(h.tgid, h.n.mountPaths())

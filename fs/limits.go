@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -95,16 +96,54 @@ func callerUID(ctx context.Context) uint32 {
 // the file system gives unprivileged users (statfs f_bavail): the
 // daemon writes as root, and would otherwise eat root's reserved blocks.
 func (r *root) roomFor(uid uint32, n int64) error {
-	if uid == 0 || n <= 0 {
+	if uid == 0 || n <= 0 || r.space.take(n) {
 		return nil
 	}
 	var s unix.Statfs_t
 	if err := unix.Fstatfs(r.rootfd, &s); err != nil {
 		return err
 	}
-	if n > int64(s.Bavail)*s.Bsize-spaceReserve {
+	left := int64(s.Bavail)*s.Bsize - spaceReserve
+	if n > left {
 		r.count.noSpace.Add(1)
 		return syscall.ENOSPC
 	}
+	r.space.set(left-n, s.Bsize)
 	return nil
+}
+
+// spaceTTL is how long a statfs answer serves roomFor: a statfs per
+// write was one system call in twenty of a small commit.
+const spaceTTL = 100 * time.Millisecond
+
+// spaceCache is the room unprivileged users had at the last statfs, less
+// what roomFor granted since, each grant counted as the blocks it may
+// take (rounded up, plus one for metadata). It only grants: a request it
+// cannot cover asks statfs again, so a refusal is decided on a fresh
+// answer.
+type spaceCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	left  int64
+	block int64
+}
+
+func (c *spaceCache) take(n int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.block <= 0 || time.Since(c.at) >= spaceTTL {
+		return false
+	}
+	cost := (n/c.block + 2) * c.block
+	if cost > c.left {
+		return false
+	}
+	c.left -= cost
+	return true
+}
+
+func (c *spaceCache) set(left, block int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at, c.left, c.block = time.Now(), left, block
 }

@@ -352,7 +352,7 @@ func (n *Node) callerHandle(ctx context.Context) *handle {
 		return nil
 	}
 	tid := c.Pid &^ noFh
-	return n.f.callerHandle(tid, tgidOf(tid))
+	return n.f.callerHandle(tid, n.f.tgidOf(tid))
 }
 
 // Fsync on a directory (fsync of a file goes to its handle).

@@ -39,14 +39,14 @@ func (n *Node) openNamed(flags int) (*os.File, error) {
 		if derr != nil {
 			continue
 		}
-		fd, oerr := openRegular(dir, o.name, flags)
+		fd, st, oerr := openRegularStat(dir, o.name, flags)
 		if oerr != nil {
 			if !errors.Is(oerr, syscall.ENOENT) {
 				err = oerr
 			}
 			continue
 		}
-		if st, serr := fstat(int(fd.Fd())); serr == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+		if n.r.ids.owns(n.f, keyOf(&st)) {
 			return fd, nil
 		}
 		fd.Close()
@@ -58,29 +58,36 @@ func (n *Node) openNamed(flags int) (*os.File, error) {
 // through O_PATH first, so a FIFO or device planted in BACKING is never
 // opened (no hang, no side effect), then that very inode is reopened.
 func openRegular(dir int, nm string, flags int) (*os.File, error) {
+	f, _, err := openRegularStat(dir, nm, flags)
+	return f, err
+}
+
+// openRegularStat is openRegular that also gives the file's stat, taken
+// on the O_PATH descriptor: the file opened is that very inode.
+func openRegularStat(dir int, nm string, flags int) (*os.File, unix.Stat_t, error) {
 	fd, err := openAt(dir, nm, unix.O_PATH, 0)
 	if err != nil {
-		return nil, err
+		return nil, unix.Stat_t{}, err
 	}
 	defer unix.Close(fd)
 	st, err := fstat(fd)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 	case unix.S_IFDIR:
-		return nil, syscall.EISDIR
+		return nil, st, syscall.EISDIR
 	case unix.S_IFLNK:
-		return nil, syscall.ELOOP
+		return nil, st, syscall.ELOOP
 	default:
-		return nil, syscall.ENXIO
+		return nil, st, syscall.ENXIO
 	}
 	rfd, err := unix.Open(procPath(fd), flags|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
-	return os.NewFile(uintptr(rfd), nm), nil
+	return os.NewFile(uintptr(rfd), nm), st, nil
 }
 
 func isWrite(flags uint32) bool {

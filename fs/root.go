@@ -39,6 +39,7 @@ type root struct {
 	// commits begun and ended, for lookups' attribute TTL (commitEpoch)
 	commitsBegun, commitsEnded atomic.Uint64
 	files                      *fileSlots
+	space                      spaceCache // roomFor's last statfs
 	dirs                       openDirs
 	kept                       *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.

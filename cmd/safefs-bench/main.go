@@ -28,8 +28,8 @@ import (
 )
 
 func main() {
-	if arg := os.Getenv(mmapChildEnv); arg != "" {
-		os.Exit(mmapChild(arg))
+	if childMain() {
+		return
 	}
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(os.Stderr, "safefs-bench: %v\n", err)
@@ -50,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	quick := fl.Bool("quick", false, "divide every count and size by 10 (smoke run)")
 	markdown := fl.Bool("markdown", false, "print a markdown table")
 	verbose := fl.Bool("v", false, "log progress to stderr")
+	syscalls := fl.Bool("syscalls", false, "also count system calls and fsyncs per commit (strace -c) of the commit rows, in a second untimed run: safefs targets run as child daemons, byhand counts this process")
 	cfg := config{seqSize: 1 << 30, mmapSize: 64 << 20}
 	fl.IntVar(&cfg.createN, "create-n", 2000, "create-4k: files to create")
 	fl.IntVar(&cfg.rewriteN, "rewrite-n", 2000, "rewrite-4k: rewrites of the file")
@@ -91,6 +92,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		enc := zap.NewDevelopmentEncoderConfig()
 		log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(stderr)), zap.InfoLevel))
 	}
+	cfg.syscalls = *syscalls
 	return bench(log, stdout, stderr, *dir, tnames, ws, cfg, *markdown)
 }
 
@@ -107,7 +109,7 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 		err = errors.Join(err, closeAll(ts))
 	}()
 	for _, name := range tnames {
-		t, err := newTarget(name, dir, log)
+		t, err := newTarget(name, dir, log, cfg.syscalls)
 		if err != nil {
 			return err
 		}
@@ -124,7 +126,7 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 				break
 			}
 			log.Info("running", zap.String("workload", w.name), zap.String("target", t.name))
-			r, ok := runOne(ctx, w, t, cfg)
+			r, ok := runOne(ctx, w, t, cfg, false)
 			dropped = dropped && ok
 			if ctx.Err() != nil {
 				r.ran = false // cut short: shown as "-"
@@ -133,10 +135,20 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 				fmt.Fprintf(stderr, "safefs-bench: %s on %s: %v\n", w.name, t.name, r.err)
 			}
 			log.Info("done", zap.String("workload", w.name), zap.String("target", t.name), zap.Float64(w.unit, r.value))
+			if r.err == nil && r.ran && cfg.syscalls && w.commits && t.pid != 0 {
+				log.Info("counting", zap.String("workload", w.name), zap.String("target", t.name))
+				c, _ := runOne(ctx, w, t, cfg, true)
+				if r.calls, r.commits, r.callsErr = c.calls, c.value, c.err; c.err != nil {
+					fmt.Fprintf(stderr, "safefs-bench: counting %s on %s: %v\n", w.name, t.name, c.err)
+				}
+			}
 			res[w.name][t.name] = r
 		}
 	}
 	writeTable(stdout, ws, tnames, res, cfg, markdown)
+	if cfg.syscalls {
+		writeCounts(stdout, ws, ts, res, markdown)
+	}
 	if !dropped {
 		fmt.Fprintln(stdout, "\nnote: could not drop the page cache (needs root and a writable /proc/sys/vm/drop_caches): the cold rows may be served from memory")
 	}
@@ -151,8 +163,12 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 
 // runOne runs w on t in a fresh directory named after w, and removes it
 // afterwards. ok is false if w wants a cold cache and it could not be dropped.
-func runOne(ctx context.Context, w workload, t *target, cfg config) (r result, ok bool) {
-	e := &env{ctx: ctx, dir: filepath.Join(t.dir, w.name), raw: filepath.Join(t.raw, w.name), cfg: cfg}
+// With trace, the run is counted with strace (t.pid) instead of timed.
+func runOne(ctx context.Context, w workload, t *target, cfg config, trace bool) (r result, ok bool) {
+	if t.byHand && !w.commits {
+		return r, true // no by-hand form: shown as "-"
+	}
+	e := &env{ctx: ctx, dir: filepath.Join(t.dir, w.name), raw: filepath.Join(t.raw, w.name), cfg: cfg, byHand: t.byHand}
 	// Remove through the mount: safefs (at this version) can mistake a file
 	// made in BACKING for one removed behind its back that had the same inode number.
 	defer func() {
@@ -169,14 +185,22 @@ func runOne(ctx context.Context, w workload, t *target, cfg config) (r result, o
 			return r, ok
 		}
 	}
-	unix.Sync()
+	syncFS(e.raw)
 	if w.cold {
 		ok = dropCaches()
+	}
+	if trace {
+		r.calls, r.err = traceCounts(t.pid, func() error {
+			var err error
+			r.value, err = w.run(e)
+			return err
+		})
+		return r, ok
 	}
 	start := time.Now()
 	n, err := w.run(e)
 	r.value, r.err = n, err
-	if w.total == nil && !w.rated {
+	if w.total == nil {
 		r.value = n / time.Since(start).Seconds()
 	}
 	return r, ok
@@ -218,7 +242,7 @@ func printFacts(w io.Writer, dir string, cfg config, markdown bool) {
 		fmt.Sprintf("dir:    %s (%s, %s free)", dir, fsType, sizeFlag(free)),
 		fmt.Sprintf("sizes:  create-4k %d files, rewrite-4k %d commits, seq %s in 1 MiB I/Os, mmap %s, append %d x 100 B, stat %d files x %d, counter %d x %d",
 			cfg.createN, cfg.rewriteN, sizeFlag(cfg.seqSize), sizeFlag(cfg.mmapSize), cfg.appendN, cfg.statN, cfg.statPasses, cfg.counterProcs, cfg.counterRuns),
-		"cells:  figure (ratio to backing, ratio to loopback)",
+		"cells:  figure (ratio to backing, ratio to loopback, and in the commit rows to byhand: the durable atomic write by hand)",
 	}
 	for _, l := range lines {
 		if markdown {

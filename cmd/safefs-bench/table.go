@@ -14,6 +14,11 @@ type result struct {
 	value float64 // units per second, or a count for rows with a total
 	err   error
 	ran   bool
+	// calls: the system calls of -syscalls' counted run of its commits
+	// (callsErr if it failed).
+	calls    counts
+	commits  float64
+	callsErr error
 }
 
 // writeTable prints one row per workload and one column per target, each
@@ -56,6 +61,10 @@ func cell(wl workload, rs map[string]result, t string, cfg config) string {
 		} else {
 			ratios = append(ratios, "?")
 		}
+	}
+	// The durable anchor, in the rows it runs (issue 12).
+	if base, ok := rs[byHandTarget]; ok && base.ran && base.err == nil && base.value > 0 {
+		ratios = append(ratios, "by hand "+ratio(r.value/base.value)+"x")
 	}
 	return figure(r.value) + " " + wl.unit + " (" + strings.Join(ratios, ", ") + ")"
 }

@@ -31,7 +31,7 @@ var safefsTargets = []struct {
 
 // targetNames lists every target in table order.
 var targetNames = func() []string {
-	names := []string{"backing", "loopback"}
+	names := []string{"backing", byHandTarget, "loopback"}
 	for _, t := range safefsTargets {
 		names = append(names, t.name)
 	}
@@ -47,10 +47,13 @@ type target struct {
 	raw     string       // backing directory: untimed setup and cleanup go here directly
 	dir     string       // where the timed workloads run: the mountpoint, or raw for "backing"
 	unmount func() error // nil for "backing"
+	byHand  bool         // commits are made durably by hand (byHandTarget)
+	pid     int          // process -syscalls counts: the daemon, or this one by hand; 0 for none
 }
 
-// newTarget makes the target's directories under base and mounts it.
-func newTarget(name, base string, log *zap.Logger) (_ *target, err error) {
+// newTarget makes the target's directories under base and mounts it;
+// with child, a safefs target is served by a child process.
+func newTarget(name, base string, log *zap.Logger, child bool) (_ *target, err error) {
 	root, err := os.MkdirTemp(base, "safefs-bench-"+name+"-")
 	if err != nil {
 		return nil, err
@@ -64,14 +67,22 @@ func newTarget(name, base string, log *zap.Logger) (_ *target, err error) {
 	if err := os.Mkdir(t.raw, 0o755); err != nil {
 		return nil, err
 	}
-	if name == "backing" {
-		t.dir = t.raw
+	if name == "backing" || name == byHandTarget {
+		t.dir, t.byHand = t.raw, name == byHandTarget
+		if child && t.byHand {
+			t.pid = os.Getpid()
+		}
 		return t, nil
 	}
 	if err := os.Mkdir(t.dir, 0o755); err != nil {
 		return nil, err
 	}
-	if t.unmount, err = mountTarget(name, t.raw, t.dir, log); err != nil {
+	if child && name != "loopback" {
+		t.unmount, t.pid, err = mountChild(name, t.raw, t.dir)
+	} else {
+		t.unmount, err = mountTarget(name, t.raw, t.dir, log)
+	}
+	if err != nil {
 		return nil, err
 	}
 	log.Info("mounted", zap.String("target", name), zap.String("mountpoint", t.dir))
@@ -83,25 +94,21 @@ func mountTarget(name, raw, dir string, log *zap.Logger) (func() error, error) {
 	if name == "loopback" {
 		return mountLoopback(raw, dir)
 	}
-	for _, st := range safefsTargets {
-		if st.name != name {
-			continue
-		}
-		o := safefs.DefaultOptions()
-		st.edit(&o)
-		o.Log = log.Named(name).WithOptions(zap.IncreaseLevel(zap.WarnLevel))
-		trail, err := benchAudit(name, filepath.Dir(raw), &o)
-		if err != nil {
-			return nil, err
-		}
-		srv, err := safefs.Mount(raw, dir, o)
-		if err != nil {
-			trail()
-			return nil, fmt.Errorf("mount %s: %w", name, err)
-		}
-		return func() error { defer trail(); return srv.Unmount() }, nil
+	o, err := safefsOptions(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("unknown target %q (want some of %s)", name, strings.Join(targetNames, ","))
+	o.Log = log.Named(name).WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+	trail, err := benchAudit(name, filepath.Dir(raw), &o)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := safefs.Mount(raw, dir, o)
+	if err != nil {
+		trail()
+		return nil, fmt.Errorf("mount %s: %w", name, err)
+	}
+	return func() error { defer trail(); return srv.Unmount() }, nil
 }
 
 // benchAudit turns the audit trail on for the target safefs-audit; the
@@ -116,6 +123,18 @@ func benchAudit(name, root string, o *safefs.Options) (func(), error) {
 	}
 	o.Observer = w
 	return w.Close, nil
+}
+
+// safefsOptions are the mount options of safefs target name.
+func safefsOptions(name string) (safefs.Options, error) {
+	for _, st := range safefsTargets {
+		if st.name == name {
+			o := safefs.DefaultOptions()
+			st.edit(&o)
+			return o, nil
+		}
+	}
+	return safefs.Options{}, fmt.Errorf("unknown target %q (want some of %s)", name, strings.Join(targetNames, ","))
 }
 
 // mountLoopback mounts go-fuse's loopback as its example program does.

@@ -47,6 +47,11 @@ func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 		// are absolute now.
 		_ = os.Chdir("/")
 	}
+	stopPprof, err := startPprof(a.cfg.pprof, log)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	opts := a.cfg.fs
 	opts.Log = log
 	raiseNofile(log)

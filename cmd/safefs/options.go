@@ -19,6 +19,7 @@ type mountConfig struct {
 	foreground  bool   // the fstab form stays in the foreground
 	metricsAddr string // "": no metrics endpoint
 	auditFile   string // "": no audit trail
+	pprof       string // HOST:PORT serving net/http/pprof; "" for off
 }
 
 func defaultMountConfig() mountConfig {
@@ -95,6 +96,9 @@ var mountOptions = []mountOption{
 	{name: "log_file", value: "PATH", help: "append the log to PATH instead of stderr (or syslog in the background)",
 		show: func(c mountConfig) string { return orNone(c.logFile) },
 		set:  setLogFile},
+	{name: "pprof", value: "HOST:PORT", help: "serve net/http/pprof on this loopback address (profiling); an address in use fails the mount (exit 2)",
+		show: func(c mountConfig) string { return orNone(c.pprof) },
+		set:  setPprof},
 	{name: "foreground", help: "fstab form (safefs BACKING MOUNTPOINT): stay in the foreground; safefs mount always does",
 		show: func(c mountConfig) string { return onOff(c.foreground) },
 		set:  func(c *mountConfig, _ string) error { c.foreground = true; return nil }},

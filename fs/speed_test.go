@@ -1,0 +1,57 @@
+package fs
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// readProc reads whole files of any size with plain system calls.
+func TestReadProc(t *testing.T) {
+	b, err := readProc("/proc/self/status")
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "\nTgid:\t"+strconv.Itoa(os.Getpid())+"\n")
+
+	p := filepath.Join(t.TempDir(), "big")
+	want := bytes.Repeat([]byte("0123456789"), 1000) // more than one buffer
+	require.NoError(t, os.WriteFile(p, want, 0o600))
+	got, err := readProc(p)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+
+	_, err = readProc(filepath.Join(t.TempDir(), "missing"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A thread that opened a handle is answered from it; others from /proc.
+func TestTgidOfFromHandle(t *testing.T) {
+	self := uint32(os.Getpid())
+	h := &handle{tid: 4_000_001, tgid: 77}
+	assert.Equal(t, uint32(77), h.tgidOf(4_000_001))
+	assert.Equal(t, self, h.tgidOf(self), "another thread is read from /proc")
+	unknown := &handle{tid: self, tgid: 0}
+	assert.Equal(t, self, unknown.tgidOf(self), "a handle that did not know its process does not answer")
+
+	f := newFile(1, 0, key{})
+	f.handles[h] = struct{}{}
+	assert.Equal(t, uint32(77), f.tgidOf(4_000_001))
+	assert.Equal(t, self, f.tgidOf(self))
+}
+
+func TestSpaceCache(t *testing.T) {
+	var c spaceCache
+	assert.False(t, c.take(1), "nothing sampled yet")
+	c.set(5*4096, 4096)
+	assert.True(t, c.take(100))                 // costs 2 blocks
+	assert.True(t, c.take(4096))                // 3 blocks
+	assert.False(t, c.take(1), "left: 0 bytes") // a fresh statfs decides
+	c.set(1<<30, 4096)
+	c.at = time.Now().Add(-spaceTTL)
+	assert.False(t, c.take(1), "a stale sample grants nothing")
+}

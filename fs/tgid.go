@@ -1,0 +1,25 @@
+package fs
+
+// The process of a calling thread is read from /proc (tgidOf), which
+// costs a file open and read per request. A thread that opened a handle
+// of the file is known: its process is the one the handle recorded. This
+// trusts a thread id for as long as its handle is open, as the handle's
+// own checks (the opener's tgid, holdsOpen) already do.
+
+// tgidOf is tgidOf(tid), answered by the handle when tid opened it.
+func (h *handle) tgidOf(tid uint32) uint32 {
+	if tid != 0 && tid == h.tid && h.tgid != 0 {
+		return h.tgid
+	}
+	return tgidOf(tid)
+}
+
+// tgidOf is tgidOf(tid), answered by one of f's handles that tid opened.
+func (f *file) tgidOf(tid uint32) uint32 {
+	for _, h := range f.handleList() {
+		if tid != 0 && h.tid == tid && h.tgid != 0 {
+			return h.tgid
+		}
+	}
+	return tgidOf(tid)
+}

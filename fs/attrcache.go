@@ -46,7 +46,10 @@ func (f *file) attrTimeout(ver uint64) time.Duration {
 
 // uncache makes the kernel drop f's cached attributes (not its pages:
 // every open is direct I/O, and a new shared map drops them itself),
-// when it may hold some. Called when a writer opens and at each commit.
+// when it may hold some. Called at each commit, which the kernel does
+// not see. A writer's open needs none: until it commits, what others
+// have cached is still the committed version, and the kernel drops the
+// writer's own view itself at each write and truncation.
 func (f *file) uncache(in *gofs.Inode) {
 	f.mu.Lock()
 	held := f.cachedUntil > time.Now().UnixNano()

@@ -115,9 +115,6 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 		h.truncOnly = true
 	}
 	n.f.addHandle(h)
-	if h.write {
-		n.f.uncache(n.EmbeddedInode())
-	}
 	return h, nil
 }
 

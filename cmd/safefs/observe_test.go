@@ -265,7 +265,8 @@ func TestMetricsAndAuditUnderWorkload(t *testing.T) {
 	lines := waitAuditLines(t, trail, 17)
 	var got []string
 	for _, l := range lines {
-		got = append(got, summary(l))
+		// A file with two links is named by either (h or h2).
+		got = append(got, strings.Replace(summary(l), "commit h2 inplace", "commit h inplace", 1))
 	}
 	assert.Equal(t, []string{
 		"commit f0 replace committed", "commit f1 replace committed", "commit f2 replace committed",

@@ -58,6 +58,10 @@ func newTarget(name, base string, log *zap.Logger) (_ *target, err error) {
 			os.RemoveAll(root)
 		}
 	}()
+	// MkdirTemp makes it 0700: Apache's www-data (apache workload) must get in.
+	if err := os.Chmod(root, 0o755); err != nil {
+		return nil, err
+	}
 	t := &target{name: name, root: root, raw: filepath.Join(root, "backing"), dir: filepath.Join(root, "mnt")}
 	if err := os.Mkdir(t.raw, 0o755); err != nil {
 		return nil, err
@@ -87,6 +91,7 @@ func mountTarget(name, raw, dir string, log *zap.Logger) (func() error, error) {
 		}
 		o := safefs.DefaultOptions()
 		st.edit(&o)
+		o.AllowOther = os.Geteuid() == 0 // Apache's www-data reads through it
 		o.Log = log.Named(name).WithOptions(zap.IncreaseLevel(zap.WarnLevel))
 		srv, err := safefs.Mount(raw, dir, o)
 		if err != nil {
@@ -127,6 +132,7 @@ func loopbackOptions(raw string) *gofs.Options {
 		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
 			DirectMount: os.Geteuid() == 0,
+			AllowOther:  os.Geteuid() == 0, // its -allow-other flag, for Apache's www-data
 			FsName:      raw,
 			Name:        "loopback",
 		},

@@ -149,8 +149,8 @@ func wwwData() (*syscall.Credential, error) {
 }
 
 // apacheCounts are one run's requests, by outcome. Cut short are dropped
-// (the connection closed before a response: Apache gives up when the file
-// reads shorter than its stat said), short (body shorter than
+// (the connection closed before a response, as Apache does when the file
+// reads shorter than its stat said, or a garbled response), short (body shorter than
 // Content-Length) and torn (as long as Content-Length said, but not one
 // whole version: a newer version cut to the older length, or a mix).
 type apacheCounts struct {
@@ -254,11 +254,14 @@ func (f *fetcher) fetch() {
 	}
 	resp, err := http.ReadResponse(f.br, nil)
 	if err != nil {
+		// Closed, reset or garbled (a previous body that was not as long
+		// as its Content-Length said): no response. A timeout is a failure.
 		f.close()
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			f.c.dropped.Add(1)
-		} else {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
 			f.c.fail(err)
+		} else {
+			f.c.dropped.Add(1)
 		}
 		return
 	}

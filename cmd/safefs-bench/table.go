@@ -19,6 +19,7 @@ type result struct {
 	calls    counts
 	commits  float64
 	callsErr error
+	extra    string // the cell of the workload's extra row
 }
 
 // writeTable prints one row per workload and one column per target, each
@@ -35,6 +36,9 @@ func writeTable(w io.Writer, ws []workload, targets []string, res map[string]map
 			row = append(row, cell(wl, res[wl.name], t, cfg))
 		}
 		grid = append(grid, row)
+		if wl.extra != nil {
+			grid = append(grid, extraRow(wl, res[wl.name], targets, cfg))
+		}
 	}
 	if markdown {
 		writeMarkdown(w, grid)
@@ -69,9 +73,29 @@ func cell(wl workload, rs map[string]result, t string, cfg config) string {
 	return figure(r.value) + " " + wl.unit + " (" + strings.Join(ratios, ", ") + ")"
 }
 
+// extraRow is the second row of a workload that has one: the cells its
+// run made, or the first row's error.
+func extraRow(wl workload, rs map[string]result, targets []string, cfg config) []string {
+	row := []string{wl.extra(cfg)}
+	for _, t := range targets {
+		switch r := rs[t]; {
+		case !r.ran:
+			row = append(row, "-")
+		case r.err != nil:
+			row = append(row, errCell(r.err))
+		default:
+			row = append(row, r.extra)
+		}
+	}
+	return row
+}
+
 // errCell names the errno when there is one ("error: ENODEV"): the full
 // error goes to stderr.
 func errCell(err error) string {
+	if errors.Is(err, errNoApache) {
+		return "error: " + errNoApache.Error()
+	}
 	var errno unix.Errno
 	if errors.As(err, &errno) {
 		if name := unix.ErrnoName(errno); name != "" {

@@ -63,6 +63,10 @@ func newTarget(name, base string, log *zap.Logger, child bool) (_ *target, err e
 			os.RemoveAll(root)
 		}
 	}()
+	// MkdirTemp makes it 0700: Apache's www-data (apache workload) must get in.
+	if err := os.Chmod(root, 0o755); err != nil {
+		return nil, err
+	}
 	t := &target{name: name, root: root, raw: filepath.Join(root, "backing"), dir: filepath.Join(root, "mnt")}
 	if err := os.Mkdir(t.raw, 0o755); err != nil {
 		return nil, err
@@ -131,6 +135,7 @@ func safefsOptions(name string) (safefs.Options, error) {
 		if st.name == name {
 			o := safefs.DefaultOptions()
 			st.edit(&o)
+			o.AllowOther = os.Geteuid() == 0 // Apache's www-data reads through it
 			return o, nil
 		}
 	}
@@ -167,6 +172,7 @@ func loopbackOptions(raw string) *gofs.Options {
 		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
 			DirectMount: os.Geteuid() == 0,
+			AllowOther:  os.Geteuid() == 0, // its -allow-other flag, for Apache's www-data
 			FsName:      raw,
 			Name:        "loopback",
 		},

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,21 +15,23 @@ const chunk = 1 << 20 // seq-write and seq-read do 1 MiB writes and reads
 
 // config holds the sizes and counts of the workloads.
 type config struct {
-	createN      int   // create-4k files
-	rewriteN     int   // rewrite-4k commits
-	seqSize      int64 // seq-write and seq-read-* bytes
-	appendN      int   // appends per append-* workload
-	statN        int   // stat: files
-	statPasses   int   // stat: timed passes over them
-	mmapSize     int64 // mmap-read bytes
-	counterProcs int   // naive-counter processes
-	counterRuns  int   // naive-counter increments per process
-	syscalls     bool  // -syscalls: count the commit rows' system calls too
+	createN      int           // create-4k files
+	rewriteN     int           // rewrite-4k commits
+	seqSize      int64         // seq-write and seq-read-* bytes
+	appendN      int           // appends per append-* workload
+	statN        int           // stat: files
+	statPasses   int           // stat: timed passes over them
+	mmapSize     int64         // mmap-read bytes
+	counterProcs int           // naive-counter processes
+	counterRuns  int           // naive-counter increments per process
+	apacheN      int           // apache requests
+	apachePause  time.Duration // apache: rewriter's pause after each rewrite
+	syscalls     bool          // -syscalls: count the commit rows' system calls too
 }
 
 func (c config) valid() bool {
 	for _, n := range []int64{int64(c.createN), int64(c.rewriteN), int64(c.appendN), int64(c.statN),
-		int64(c.statPasses), int64(c.counterProcs), int64(c.counterRuns), c.seqSize, c.mmapSize} {
+		int64(c.statPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), c.seqSize, c.mmapSize} {
 		if n < 1 {
 			return false
 		}
@@ -39,7 +42,7 @@ func (c config) valid() bool {
 // shrink divides every count and size by 10, for smoke runs. The counter
 // keeps its processes: with fewer there is little race to measure.
 func (c *config) shrink() {
-	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.counterRuns} {
+	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.counterRuns, &c.apacheN} {
 		*n = max(*n/10, 1)
 	}
 	c.seqSize = max(c.seqSize/10/chunk*chunk, chunk)
@@ -53,7 +56,9 @@ type env struct {
 	ctx      context.Context
 	dir, raw string
 	cfg      config
-	byHand   bool // commits are made durably by hand (byHandTarget)
+	byHand   bool    // commits are made durably by hand (byHandTarget)
+	extra    string  // the cell of the workload's extra row, if it has one
+	secs     float64 // if set by run: its timed part (apache leaves out Apache's start)
 }
 
 // workload: main runs setup, syncs, drops the page cache when cold, then
@@ -71,6 +76,8 @@ type workload struct {
 	// commits: each unit is one commit (open, write, close): the row has
 	// a by-hand form and -syscalls counts it.
 	commits bool
+	// extra titles a second row that the same run fills (env.extra).
+	extra func(c config) string
 }
 
 var workloads = []workload{
@@ -84,6 +91,7 @@ var workloads = []workload{
 	{name: "append-1g", unit: "ops/s", setup: appendSetup(1 << 30), run: appendRun(1 << 30), commits: true},
 	{name: "stat", unit: "ops/s", setup: statSetup, run: statRun},
 	{name: "naive-counter", unit: "kept", setup: counterSetup, run: counterRun, total: counterTotal, title: counterTitle},
+	{name: "apache", unit: "req/s", setup: apacheSetup, run: apacheRun, extra: apacheCutTitle},
 }
 
 var block4k = pattern(4096)

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestWholePage: a version is whole; the same version cut short, the newer
+// version cut to the older one's length, and a page with another
+// version's trailer are not.
+func TestWholePage(t *testing.T) {
+	pc := pageCache{}
+	v1, v2 := pageInto(nil, 1), pageInto(nil, 2)
+	require.NotEqual(t, len(v1), len(v2), "versions must differ in length")
+	assert.True(t, pc.wholePage(v1))
+	assert.True(t, pc.wholePage(pageInto(nil, 0)))
+	assert.Len(t, pageInto(nil, 0), 79<<10, "version 0 is the issue's 79 KiB page")
+	assert.False(t, pc.wholePage(v1[:len(v1)-1]))
+	assert.False(t, pc.wholePage(v2[:min(len(v1), len(v2)-1)]))
+	mix := append(bytes.Clone(v1[:len(v1)-20]), v2[len(v2)-20:]...)
+	assert.False(t, pc.wholePage(mix))
+	assert.False(t, pc.wholePage(nil))
+}
+
+// TestApacheRewriter: the Perl rewriter, run as www-data, writes the same
+// pages as pageInto, and after SIGTERM the file is exactly the last
+// version it reports.
+func TestApacheRewriter(t *testing.T) {
+	requirePerl(t)
+	dir := wwwDir(t)
+	page := filepath.Join(dir, apachePage)
+	www, err := wwwData()
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(page, pageInto(nil, 0), 0o644))
+	require.NoError(t, os.Chown(page, int(www.Uid), int(www.Gid)))
+	rw, err := startRewriter(t.Context(), page, 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(page)
+		return !bytes.HasPrefix(b, []byte("safefs-bench page 0 "))
+	}, time.Minute, 10*time.Millisecond, "the rewriter never rewrote the page")
+	n, err := rw.stop()
+	require.NoError(t, err)
+	b, err := os.ReadFile(page)
+	require.NoError(t, err)
+	assert.True(t, n >= 1)
+	want := pageInto(nil, n)
+	assert.True(t, bytes.Equal(want, b), "the page (%d bytes) is not version %d as pageInto makes it (%d bytes)", len(b), n, len(want))
+}
+
+// TestApacheBench runs the apache workload briefly on the backing target
+// with a real Apache and checks the two rows: a rate, and cut-short counts
+// that add up. No Apache process is left.
+func TestApacheBench(t *testing.T) {
+	requirePerl(t)
+	if _, err := apacheBin(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("apache2 is not installed (.ci/run installs it)")
+		}
+		t.Skip("apache2 is not installed (apt-get install apache2)")
+	}
+	dir := wwwDir(t)
+	t.Setenv("TMPDIR", dir) // Apache's config dir: found below if a process is left
+	const n = 400
+	var out, errOut bytes.Buffer
+	err := run([]string{"-dir", dir, "-markdown", "-targets", "backing", "-workloads", "apache",
+		"-apache-n", strconv.Itoa(n)}, &out, &errOut)
+	t.Logf("table:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	require.NoError(t, err)
+	assert.Empty(t, errOut.String())
+
+	rows := markdownRows(t, out.String())
+	require.Len(t, rows["apache"], 1)
+	assert.Regexp(t, `^[0-9.]+ req/s \(1\.00x, \?\)$`, rows["apache"][0])
+	cut := rows["apache: cut short / 400 responses"]
+	require.Len(t, cut, 1)
+	m := regexp.MustCompile(`^([0-9.]+) % \(([0-9]+)/([0-9]+): ([0-9]+) dropped, ([0-9]+) short, ([0-9]+) torn; ([0-9]+) rewrites\)$`).FindStringSubmatch(cut[0])
+	require.NotNil(t, m, "cut-short cell %q", cut[0])
+	num := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	assert.Equal(t, n, num(3), "responses")
+	assert.Equal(t, num(2), num(4)+num(5)+num(6), "cut short = dropped + short + torn")
+	assert.LessOrEqual(t, num(2), n)
+	assert.Positive(t, num(7), "the page was never rewritten")
+	pct, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	assert.InDelta(t, 100*float64(num(2))/n, pct, 0.01)
+	assert.Empty(t, apacheProcesses(t, dir), "Apache processes left behind")
+}
+
+// wwwDir is a temporary directory that www-data can reach (t.TempDir and
+// its parent are 0700).
+func wwwDir(t *testing.T) string {
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	return dir
+}
+
+// apacheProcesses lists the processes whose command line names dir.
+func apacheProcesses(t *testing.T, dir string) []string {
+	cmds, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	require.NoError(t, err)
+	var left []string
+	for _, p := range cmds {
+		b, _ := os.ReadFile(p)
+		if s := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(s, dir) {
+			left = append(left, filepath.Base(filepath.Dir(p))+": "+s)
+		}
+	}
+	return left
+}

@@ -27,6 +27,7 @@ var safefsTargets = []struct {
 	{"safefs", func(o *safefs.Options) {}},
 	{"safefs-none", func(o *safefs.Options) { o.Durable = false }},
 	{"safefs-audit", func(o *safefs.Options) {}}, // with an audit trail (benchAudit)
+	{"safefs-rmw-off", func(o *safefs.Options) { o.RMWAuto, o.RMWGlobs = false, nil }},
 }
 
 // targetNames lists every target in table order.

@@ -20,13 +20,16 @@ import (
 // every read is bounded, and an answer that does not come is def.
 const procWait = 100 * time.Millisecond
 
-func bounded[T any](def T, fn func() T) T {
+func bounded[T any](def T, fn func() T) T { return boundedFor(procWait, def, fn) }
+
+// boundedFor is bounded with a wait of its own.
+func boundedFor[T any](wait time.Duration, def T, fn func() T) T {
 	ch := make(chan T, 1)
 	go func() { ch <- fn() }()
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(procWait):
+	case <-time.After(wait):
 		return def
 	}
 }

@@ -20,16 +20,7 @@ import (
 // one missed loses up to as many increments as there are waiters).
 const rmwProcWait = 2 * time.Second
 
-func rmwBounded[T any](def T, fn func() T) T {
-	ch := make(chan T, 1)
-	go func() { ch <- fn() }()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(rmwProcWait):
-		return def
-	}
-}
+func rmwBounded[T any](def T, fn func() T) T { return boundedFor(rmwProcWait, def, fn) }
 
 // rmwTgid is the process of thread tid; tid itself if that cannot be
 // told (it is the process of a single-threaded program).

@@ -18,6 +18,7 @@ import (
 // h.mu is held. On failure the previous version stays and the pending
 // version is kept in rejected/ for the operator.
 func (h *handle) commit() error {
+	h.notePending()
 	h.obsStart()
 	defer h.obsEnd() // after the lock is released
 	return h.commitLocked()
@@ -29,7 +30,7 @@ func (h *handle) commitLocked() error {
 	defer r.commitsEnded.Add(1)
 	ctx, cancel := lockContext(r)
 	defer cancel()
-	g, err := r.locks.Lock(ctx, h.n.f.ino)
+	g, err := r.locks.LockTagged(ctx, h.who(), h.n.f.ino)
 	h.obsLocked()
 	if err != nil {
 		return h.reject(err)

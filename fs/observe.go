@@ -88,12 +88,7 @@ func (h *handle) obsStart() {
 	if o.ev.PID == 0 {
 		o.ev.PID = h.tgid
 	}
-	if h.stage != nil {
-		if st, err := fstat(int(h.stage.Fd())); err == nil {
-			o.ev.Bytes = st.Size
-		}
-	}
-	h.pendingSeen.Store(o.ev.Bytes) // what Gauges reports while h.mu is held
+	o.ev.Bytes = h.pendingSeen.Load() // noted by commit just before
 	h.obs = o
 }
 
@@ -244,6 +239,18 @@ func (s *Server) Gauges() Gauges {
 	g.RejectedFiles, g.RejectedBytes = r.kept.files, r.kept.all
 	r.kept.mu.Unlock()
 	return g
+}
+
+// notePending records the pending size before a commit that may wait
+// with h.mu held: Gauges and Status report it meanwhile.
+func (h *handle) notePending() {
+	var n int64
+	if h.stage != nil {
+		if st, err := fstat(int(h.stage.Fd())); err == nil {
+			n = st.Size
+		}
+	}
+	h.pendingSeen.Store(n)
 }
 
 func (h *handle) pendingBytes() int64 {

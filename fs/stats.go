@@ -9,21 +9,24 @@ import (
 // Stats counts what a mount did, for the operator: logged at unmount,
 // and read by Server.Stats.
 type Stats struct {
-	Commits  int64 // pending versions published
-	Rejected int64 // commits that could not be made: bytes kept in rejected/
-	Killed   int64 // closes by writers killed by a signal: not committed
+	Commits  int64 `json:"commits"`  // pending versions published
+	Rejected int64 `json:"rejected"` // commits that could not be made: bytes kept in rejected/
+	Killed   int64 `json:"killed"`   // closes by writers killed by a signal: not committed
 	// Dropped: rejected commits whose bytes were not kept because
 	// rejected/ was full (RejectedMax, RejectedUserMax).
-	Dropped int64
+	Dropped int64 `json:"dropped"`
 	// TooManyFiles: opens refused with EMFILE (MaxFilesPerUser).
-	TooManyFiles int64
+	TooManyFiles int64 `json:"too_many_files"`
 	// NoSpace: writes of non-root callers refused at the free space
 	// they may use (statfs f_bavail).
-	NoSpace int64
+	NoSpace int64 `json:"no_space"`
 	// Read-modify-write sessions: opened, opens that waited for one,
 	// waits refused because they would close a cycle, and waits given
 	// up after rmw_wait (those opens went on without a session).
-	RMWSessions, RMWWaits, RMWCycles, RMWGaveUp int64
+	RMWSessions int64 `json:"rmw_sessions"`
+	RMWWaits    int64 `json:"rmw_waits"`
+	RMWCycles   int64 `json:"rmw_cycles"`
+	RMWGaveUp   int64 `json:"rmw_gave_up"`
 }
 
 type counters struct {

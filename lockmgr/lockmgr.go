@@ -53,14 +53,18 @@ type Manager struct {
 // keyState exists only while the key is held, so holder is never 0.
 type keyState struct {
 	holder uint64    // token (or in-progress Lock id) that owns the key
+	tag    any       // the holder's Lock tag, for Snapshot
+	since  time.Time // when the holder got the key
 	queue  []*waiter // FIFO
 }
 
 // waiter is one Lock call queued on one key. ch is closed, under mu, when
 // the key is handed to it; from then on it is no longer in the queue.
 type waiter struct {
-	id uint64
-	ch chan struct{}
+	id    uint64
+	ch    chan struct{}
+	tag   any
+	since time.Time
 }
 
 // New returns a Manager with the given options.
@@ -75,18 +79,24 @@ func New(o Options) *Manager {
 // It returns ErrLost if a key was broken while the call was still waiting
 // for later keys. On any error nothing stays held or queued.
 func (m *Manager) Lock(ctx context.Context, keys ...uint64) (*Grant, error) {
+	return m.LockTagged(ctx, nil, keys...)
+}
+
+// LockTagged is Lock with a tag that Snapshot reports for the caller
+// while it waits and while it holds, so a status can say who it is.
+func (m *Manager) LockTagged(ctx context.Context, tag any, keys ...uint64) (*Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	ks := sortedUnique(keys)
-	if g := m.tryAll(ks); g != nil {
+	if g := m.tryAll(ks, tag); g != nil {
 		return g, nil
 	}
 	w := m.newWait(ctx)
 	defer w.stop()
 	id := m.nextToken()
 	for i, k := range ks {
-		if err := m.acquire(w, k, id); err != nil {
+		if err := m.acquire(w, k, id, tag); err != nil {
 			m.mu.Lock()
 			m.releaseLocked(ks[:i], id)
 			m.mu.Unlock()
@@ -105,7 +115,7 @@ func sortedUnique(keys []uint64) []uint64 {
 
 // tryAll takes every key in one critical section if none is held: the
 // common uncontended case, with no id swap and no wait set-up.
-func (m *Manager) tryAll(ks []uint64) *Grant {
+func (m *Manager) tryAll(ks []uint64, tag any) *Grant {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, k := range ks {
@@ -114,8 +124,9 @@ func (m *Manager) tryAll(ks []uint64) *Grant {
 		}
 	}
 	tok := m.nextToken()
+	now := time.Now()
 	for _, k := range ks {
-		m.keys[k] = &keyState{holder: tok}
+		m.keys[k] = &keyState{holder: tok, tag: tag, since: now}
 	}
 	return &Grant{m: m, token: tok, keys: ks}
 }
@@ -127,11 +138,11 @@ func (m *Manager) nextToken() uint64 {
 }
 
 // acquire takes key k for the in-progress Lock id, waiting if needed.
-func (m *Manager) acquire(w *wait, k, id uint64) error {
+func (m *Manager) acquire(w *wait, k, id uint64, tag any) error {
 	m.mu.Lock()
 	ks := m.keys[k]
 	if ks == nil {
-		m.keys[k] = &keyState{holder: id}
+		m.keys[k] = &keyState{holder: id, tag: tag, since: time.Now()}
 		m.mu.Unlock()
 		return nil
 	}
@@ -145,7 +156,7 @@ func (m *Manager) acquire(w *wait, k, id uint64) error {
 		m.mu.Unlock()
 		return ErrTooManyWaiters
 	}
-	wt := &waiter{id: id, ch: make(chan struct{})}
+	wt := &waiter{id: id, ch: make(chan struct{}), tag: tag, since: time.Now()}
 	ks.queue = append(ks.queue, wt)
 	m.mu.Unlock()
 	return m.await(w, k, wt)
@@ -226,7 +237,7 @@ func (m *Manager) handOffLocked(k uint64) {
 	wt := ks.queue[0]
 	ks.queue[0] = nil
 	ks.queue = ks.queue[1:]
-	ks.holder = wt.id
+	ks.holder, ks.tag, ks.since = wt.id, wt.tag, time.Now()
 	close(wt.ch)
 }
 

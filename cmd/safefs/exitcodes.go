@@ -19,6 +19,10 @@ const (
 	exitRecover  = 8  // `safefs recover` failed
 	exitMetrics  = 9  // -o metrics=ADDR cannot be listened on (in use, bad address)
 	exitAudit    = 10 // -o audit=FILE cannot be opened
+	// `safefs status`: no daemon's socket at the directory given.
+	exitNotSafefs = 11
+	// `safefs status`: the socket refused us (not root).
+	exitStatusDenied = 12
 )
 
 // exitCodeHelp is the table printed by `safefs --help`.
@@ -37,6 +41,8 @@ var exitCodeHelp = []struct {
 	{exitRecover, "recover failed"},
 	{exitMetrics, "metrics address cannot be listened on (in use?)"},
 	{exitAudit, "audit file cannot be opened"},
+	{exitNotSafefs, "status: not a safefs mount or BACKING (no daemon answers)"},
+	{exitStatusDenied, "status: permission denied (root only)"},
 }
 
 // exitError is an error that run reports with a specific exit code.

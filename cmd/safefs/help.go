@@ -58,6 +58,9 @@ func printUsage(w io.Writer) {
         in the background; -f or -o foreground keeps it in the foreground
   safefs recover BACKING
         finish or undo commits cut off by a crash, without mounting
+  safefs status MOUNTPOINT|BACKING [--json]
+        what a running mount is doing: held commit locks and their waiters,
+        open writers, rejected/, counters (root only)
   safefs version
         print the version
   safefs help [mount|recover]

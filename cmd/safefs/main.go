@@ -33,6 +33,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return runMount(args[1:], stdout, stderr)
 	case "recover":
 		return runRecover(args[1:], stdout, stderr)
+	case "status":
+		return runStatus(args[1:], stdout)
 	case "version":
 		return runVersion(args[1:], stdout)
 	case "help", "-h", "--help":

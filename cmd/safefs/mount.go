@@ -82,6 +82,11 @@ func serve(backing, mnt string, opts fs.Options, log *zap.Logger, onReady func()
 		return mountError(err)
 	}
 	obs.mounted(srv)
+	status, err := startStatus(backing, srv, log)
+	if err != nil {
+		log.Warn("no status socket: safefs status will not answer", zap.Error(err))
+	}
+	defer status.close() // after the unmount: it answers until then
 	log.Info("mounted", zap.String("backing", backing), zap.String("mountpoint", mnt), zap.Int("pid", os.Getpid()))
 	n.send("READY=1\nSTATUS=serving " + backing + " on " + mnt)
 	if onReady != nil {

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/fs"
+)
+
+// statusSock is the daemon's status socket, in the internal directory
+// (0700, root's): only root reaches it.
+const statusSock = "status.sock"
+
+func statusSockPath(backing string) string {
+	return filepath.Join(backing, fs.InternalDir, statusSock)
+}
+
+// statusServer answers `safefs status` on the socket until closed.
+type statusServer struct {
+	ln   *net.UnixListener
+	path string
+	done chan struct{}
+}
+
+// startStatus listens on BACKING/.safefs/status.sock. A socket left by a
+// daemon that died is replaced: BACKING is ours now (the mount holds it).
+func startStatus(backing string, srv *fs.Server, log *zap.Logger) (*statusServer, error) {
+	p := statusSockPath(backing)
+	_ = os.Remove(p)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(p, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s := &statusServer{ln: ln, path: p, done: make(chan struct{})}
+	go s.serve(srv, log)
+	return s, nil
+}
+
+func (s *statusServer) serve(srv *fs.Server, log *zap.Logger) {
+	defer close(s.done)
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				log.Warn("status socket", zap.Error(err))
+			}
+			return
+		}
+		go answerStatus(c, srv, log)
+	}
+}
+
+// answerStatus writes one JSON snapshot, or a refusal to non-root peers.
+func answerStatus(c *net.UnixConn, srv *fs.Server, log *zap.Logger) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	uid, err := peerUID(c)
+	if err != nil || uid != 0 {
+		log.Warn("status refused to a non-root peer", zap.Uint32("uid", uid), zap.Error(err))
+		_ = json.NewEncoder(c).Encode(statusReply{Error: "permission denied: status is for root only"})
+		return
+	}
+	st := srv.Status()
+	_ = json.NewEncoder(c).Encode(statusReply{Status: &st})
+}
+
+func peerUID(c *net.UnixConn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	err = raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return ^uint32(0), err
+	}
+	return cred.Uid, nil
+}
+
+// close stops listening and removes the socket.
+func (s *statusServer) close() {
+	if s == nil {
+		return
+	}
+	_ = s.ln.Close()
+	<-s.done
+}
+
+// statusReply is what the socket sends: a status or a refusal.
+type statusReply struct {
+	Error  string     `json:"error,omitempty"`
+	Status *fs.Status `json:"status,omitempty"`
+}
+
+func runStatus(args []string, stdout io.Writer) error {
+	var target string
+	asJSON := false
+	for _, a := range args {
+		switch {
+		case a == "--json":
+			asJSON = true
+		case a == "-h" || a == "--help":
+			fmt.Fprintln(stdout, "usage: safefs status MOUNTPOINT|BACKING [--json]")
+			return nil
+		case strings.HasPrefix(a, "-") || target != "":
+			return failf(exitUsage, "usage: safefs status MOUNTPOINT|BACKING [--json]")
+		default:
+			target = a
+		}
+	}
+	if target == "" {
+		return failf(exitUsage, "usage: safefs status MOUNTPOINT|BACKING [--json]")
+	}
+	st, err := askStatus(target)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	printStatus(stdout, st)
+	return nil
+}
+
+// askStatus finds the daemon of target (a mount point or its BACKING)
+// and asks it. It never looks inside the mount: a stuck mount must not
+// hang the tool meant to diagnose it.
+func askStatus(target string) (*fs.Status, error) {
+	abs, err := filepath.Abs(target)
+	if err != nil {
+		return nil, failf(exitUsage, "%s: %v", target, err)
+	}
+	backing := abs
+	if src, ok := safefsSource(abs); ok {
+		backing = src
+	}
+	p := statusSockPath(backing)
+	c, err := net.DialTimeout("unix", p, 10*time.Second)
+	if err != nil {
+		return nil, dialError(target, p, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	var rep statusReply
+	if err := json.NewDecoder(bufio.NewReader(c)).Decode(&rep); err != nil {
+		return nil, failf(exitInternal, "%s: bad answer from the daemon: %v", p, err)
+	}
+	if rep.Error != "" {
+		return nil, failf(exitStatusDenied, "%s: %s", p, rep.Error)
+	}
+	if rep.Status == nil {
+		return nil, failf(exitInternal, "%s: empty answer from the daemon", p)
+	}
+	return rep.Status, nil
+}
+
+func dialError(target, p string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return failf(exitStatusDenied, "%s: permission denied (status is for root only)", p)
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
+		return failf(exitNotSafefs, "%s is not a safefs mount or BACKING (no %s)", target, p)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return failf(exitNotSafefs, "%s: no safefs daemon answers on %s (it exited?)", target, p)
+	}
+	return failf(exitNotSafefs, "%s: %v", target, err)
+}
+
+// safefsSource returns the source (BACKING) of the fuse.safefs mount at
+// mnt, from /proc/self/mountinfo.
+func safefsSource(mnt string) (string, bool) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", false
+	}
+	src, found := "", false
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 2 || g[0] != "fuse.safefs" || unescapeMount(f[4]) != mnt {
+			continue
+		}
+		src, found = unescapeMount(g[1]), true // the last one is on top
+	}
+	return src, found
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1:i+4]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '7' {
+			return false
+		}
+	}
+	return len(s) == 3
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/safefs/safefs/fs"
+)
+
+// printStatus writes the human-readable form of a status.
+func printStatus(out io.Writer, st *fs.Status) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "commit locks held: %d\n", len(st.Locks))
+	for _, l := range st.Locks {
+		fmt.Fprintf(w, "  %s\n", l.Path)
+		fmt.Fprintf(w, "    holder\t%s\theld %.1fs\t%s\n", who(l.Holder), l.Holder.For, l.Holder.Cmdline)
+		for i, p := range l.Waiters {
+			fmt.Fprintf(w, "    waiter %d\t%s\twaiting %.1fs\t%s\n", i+1, who(p), p.For, p.Cmdline)
+		}
+	}
+	fmt.Fprintf(w, "open writers: %d\n", len(st.Writers))
+	for _, wr := range st.Writers {
+		fmt.Fprintf(w, "  %s\tpid %d uid %d\tpending %d bytes\t%s\n", wr.Path, wr.PID, wr.UID, wr.PendingBytes, wr.Cmdline)
+	}
+	fmt.Fprintf(w, "rejected/: %d files\n", len(st.Rejected))
+	for _, k := range st.Rejected {
+		fmt.Fprintf(w, "  %s\t%d bytes\n", k.Name, k.Bytes)
+	}
+	c := st.Counters
+	fmt.Fprintf(w, "counters: commits %d, rejected %d, killed %d, dropped %d, too_many_files %d, no_space %d\n",
+		c.Commits, c.Rejected, c.Killed, c.Dropped, c.TooManyFiles, c.NoSpace)
+	fmt.Fprintf(w, "  rmw: sessions %d, waits %d, cycles %d, gave_up %d\n", c.RMWSessions, c.RMWWaits, c.RMWCycles, c.RMWGaveUp)
+	_ = w.Flush()
+}
+
+func who(p fs.Party) string {
+	if p.PID == 0 {
+		return "(rename or unlink)"
+	}
+	return fmt.Sprintf("pid %d uid %d", p.PID, p.UID)
+}

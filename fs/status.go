@@ -1,0 +1,148 @@
+package fs
+
+import (
+	"os"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/journal"
+)
+
+// Status is what `safefs status` shows: a snapshot of a live mount.
+type Status struct {
+	Locks    []LockStatus   `json:"locks"`    // files whose commit lock is held
+	Writers  []WriterStatus `json:"writers"`  // handles open for writing
+	Rejected []KeptFile     `json:"rejected"` // what rejected/ holds
+	Counters Stats          `json:"counters"`
+}
+
+// LockStatus is one held commit lock, its holder and its waiters in the
+// order they will be served.
+type LockStatus struct {
+	Path    string  `json:"path"`
+	Holder  Party   `json:"holder"`
+	Waiters []Party `json:"waiters"`
+}
+
+// Party is a process holding or waiting for a lock. PID and Cmdline are
+// 0 and "" for a lock taken by a rename or unlink (no commit).
+type Party struct {
+	PID     uint32  `json:"pid"`
+	UID     uint32  `json:"uid"`
+	Cmdline string  `json:"cmdline"`
+	For     float64 `json:"for_seconds"` // held, or waited, so far
+}
+
+// WriterStatus is one handle open for writing.
+type WriterStatus struct {
+	Path         string `json:"path"`
+	PID          uint32 `json:"pid"`
+	UID          uint32 `json:"uid"`
+	Cmdline      string `json:"cmdline"`
+	PendingBytes int64  `json:"pending_bytes"`
+}
+
+// KeptFile is one file in rejected/.
+type KeptFile struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+}
+
+// lockWho is the tag a commit locks with, so a status can name it.
+type lockWho struct {
+	n   *Node
+	pid uint32
+	uid uint32
+}
+
+// who is the tag of h's commit: the closing thread, else the opener.
+func (h *handle) who() *lockWho {
+	pid := h.closer
+	if pid == 0 {
+		pid = h.tgid
+	}
+	return &lockWho{n: h.n, pid: pid, uid: h.uid}
+}
+
+// Status reads the mount's state. Like Gauges it never waits for a
+// request: it takes only short-lived mutexes, never a handle's.
+func (s *Server) Status() Status {
+	r := s.r
+	st := Status{Counters: r.count.snapshot(), Locks: []LockStatus{}, Writers: r.writers(), Rejected: r.keptList()}
+	byIno := map[uint64]*file{}
+	for _, f := range r.ids.all() {
+		byIno[f.ino] = f
+	}
+	now := time.Now()
+	for _, k := range r.locks.Snapshot() {
+		ls := LockStatus{Path: keyPath(byIno[k.Key], k.Tag), Holder: party(k.Tag, k.Since, now), Waiters: []Party{}}
+		for _, w := range k.Waiters {
+			ls.Waiters = append(ls.Waiters, party(w.Tag, w.Since, now))
+		}
+		st.Locks = append(st.Locks, ls)
+	}
+	return st
+}
+
+func keyPath(f *file, tag any) string {
+	if w, ok := tag.(*lockWho); ok {
+		return w.n.path()
+	}
+	if f == nil {
+		return "(unknown)"
+	}
+	if nm, ok := f.anyName(); ok {
+		return nm.rel()
+	}
+	return "(unlinked)"
+}
+
+func party(tag any, since, now time.Time) Party {
+	p := Party{For: now.Sub(since).Seconds()}
+	if w, ok := tag.(*lockWho); ok {
+		p.PID, p.UID, p.Cmdline = w.pid, w.uid, cmdlineOf(w.pid)()
+	}
+	return p
+}
+
+// writers lists the handles open for writing, by path then pid.
+func (r *root) writers() []WriterStatus {
+	out := []WriterStatus{}
+	for _, f := range r.ids.all() {
+		for _, h := range f.handleList() {
+			if !h.write {
+				continue
+			}
+			out = append(out, WriterStatus{Path: h.n.path(), PID: h.tgid, UID: h.uid,
+				Cmdline: cmdlineOf(h.tgid)(), PendingBytes: h.pendingBytes()})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Path != out[j].Path {
+			return out[i].Path < out[j].Path
+		}
+		return out[i].PID < out[j].PID
+	})
+	return out
+}
+
+// keptList lists rejected/ by name.
+func (r *root) keptList() []KeptFile {
+	out := []KeptFile{}
+	fd, err := unix.Openat(r.rejectedfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return out
+	}
+	d := os.NewFile(uintptr(fd), journal.RejectedDir)
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	sort.Strings(names)
+	for _, nm := range names {
+		if st, err := statAt(r.rejectedfd, nm); err == nil {
+			out = append(out, KeptFile{Name: nm, Bytes: st.Size})
+		}
+	}
+	return out
+}

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -191,23 +191,17 @@ func cmdlineOf(pid uint32) func() string {
 		if pid == 0 {
 			return ""
 		}
-		dir := "/proc/" + strconv.FormatUint(uint64(pid), 10)
 		return bounded("", func() string {
-			b, err := os.ReadFile(dir + "/cmdline")
+			if a := procArgs(pid); a != nil {
+				return strings.Join(a, " ")
+			}
+			// A dying process (a killed writer's close) has no
+			// memory left to read it from: its name, as ps.
+			comm, err := readProc("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/comm")
 			if err != nil {
 				return ""
 			}
-			b = bytes.TrimRight(b[:min(len(b), cmdlineMax)], "\x00")
-			if len(b) == 0 {
-				// A dying process (a killed writer's close) has
-				// no memory left to read it from: its name, as ps.
-				comm, err := os.ReadFile(dir + "/comm")
-				if err != nil {
-					return ""
-				}
-				return "[" + string(bytes.TrimSpace(comm)) + "]"
-			}
-			return string(bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+			return "[" + string(bytes.TrimSpace(comm)) + "]"
 		})
 	}
 }

@@ -54,20 +54,44 @@ func killedBySignal(pid uint32) bool {
 
 // taskFlags reads field 9 of /proc/<pid>/stat.
 func taskFlags(pid uint32) (uint64, error) {
-	b, err := readProc("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	f, err := statField(pid, 9)
 	if err != nil {
 		return 0, err
+	}
+	return strconv.ParseUint(f, 10, 64)
+}
+
+// statField returns field n (from 1, as proc(5) counts) of
+// /proc/<pid>/stat, for n past the command name (field 2).
+func statField(pid uint32, n int) (string, error) {
+	b, err := readProc("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return "", err
 	}
 	// comm (field 2) may hold spaces and parens: count from the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, os.ErrInvalid
+		return "", os.ErrInvalid
 	}
 	fields := bytes.Fields(b[i+1:])
-	if len(fields) < 7 {
-		return 0, os.ErrInvalid
+	if len(fields) < n-2 {
+		return "", os.ErrInvalid
 	}
-	return strconv.ParseUint(string(fields[6]), 10, 64)
+	return string(fields[n-3]), nil
+}
+
+// procArgs returns pid's command line (its first cmdlineMax bytes), nil
+// when it cannot be read or is empty. Callers bound the read.
+func procArgs(pid uint32) []string {
+	b, err := readProc("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/cmdline")
+	if err != nil {
+		return nil
+	}
+	b = bytes.TrimRight(b[:min(len(b), cmdlineMax)], "\x00")
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(string(b), "\x00")
 }
 
 // tgidOf returns the process (thread group) of thread pid: FUSE sends

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -61,19 +60,11 @@ func isFamily(holder, pid int32) bool {
 
 // parentOf reads field 4 of /proc/<pid>/stat.
 func parentOf(pid int32) (int32, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statField(uint32(pid), 4)
 	if err != nil {
 		return 0, err
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, os.ErrInvalid
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 2 {
-		return 0, os.ErrInvalid
-	}
-	n, err := strconv.ParseInt(string(f[1]), 10, 32)
+	n, err := strconv.ParseInt(f, 10, 32)
 	return int32(n), err
 }
 
@@ -82,16 +73,7 @@ func args(pid uint32) []string {
 	if pid == 0 {
 		return nil
 	}
-	return rmwBounded(nil, func() []string {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			return nil
-		}
-		defer f.Close()
-		b := make([]byte, 4096)
-		n, _ := f.Read(b)
-		return strings.Split(strings.TrimRight(string(b[:n]), "\x00"), "\x00")
-	})
+	return rmwBounded(nil, func() []string { return procArgs(pid) })
 }
 
 // program names what pid runs, for learning: the executable and its

@@ -8,8 +8,8 @@ package fs
 
 // tgidOf is tgidOf(tid), answered by the handle when tid opened it.
 func (h *handle) tgidOf(tid uint32) uint32 {
-	if tid != 0 && tid == h.tid && h.tgid != 0 {
-		return h.tgid
+	if tgid, ok := h.openedBy(tid); ok {
+		return tgid
 	}
 	return tgidOf(tid)
 }
@@ -17,9 +17,14 @@ func (h *handle) tgidOf(tid uint32) uint32 {
 // tgidOf is tgidOf(tid), answered by one of f's handles that tid opened.
 func (f *file) tgidOf(tid uint32) uint32 {
 	for _, h := range f.handleList() {
-		if tid != 0 && h.tid == tid && h.tgid != 0 {
-			return h.tgid
+		if tgid, ok := h.openedBy(tid); ok {
+			return tgid
 		}
 	}
 	return tgidOf(tid)
+}
+
+// openedBy returns h's process when thread tid opened h.
+func (h *handle) openedBy(tid uint32) (uint32, bool) {
+	return h.tgid, tid != 0 && tid == h.tid && h.tgid != 0
 }

@@ -82,13 +82,11 @@ func (r *root) stable(e commitEpoch, idle bool) bool {
 // largest size one of them shows. Other processes then see that size,
 // not their own view, until the maps' descriptors are released.
 
-// grew records that a write reached end.
-func (h *handle) grew(end int64) {
-	for {
-		old := h.seen.Load()
-		if end <= old || h.seen.CompareAndSwap(old, end) {
-			return
-		}
+// noteSize records the size a mapped handle shows after a change (h.mu
+// is held); only mapped handles' sizes are read (mappedSize).
+func (h *handle) noteSize() {
+	if h.mapped.Load() {
+		_, _ = h.statLocked() // records it (seen)
 	}
 }
 

@@ -112,7 +112,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	}
 	if fillsPages(ctx) && !h.mapped.Load() {
 		h.mapped.Store(true)
-		_, _ = h.statLocked() // records its size (seen)
+		h.noteSize()
 	}
 	n, err := h.pread(dest, off)
 	if err != nil {
@@ -210,7 +210,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
 	if n > 0 {
 		h.changed()
-		h.grew(off + int64(n))
+		h.noteSize()
 	}
 	if err != nil {
 		return uint32(max(n, 0)), h.errno(err)
@@ -242,7 +242,7 @@ func (h *handle) truncate(size uint64) error {
 		}
 	}
 	h.changed()
-	h.seen.Store(int64(size))
+	h.noteSize()
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,14 +35,7 @@ func nsMount(t *testing.T, pre string, args ...string) result {
 		pre + ` exec mount "$@"`
 	cmd := exec.CommandContext(ctx, "unshare", append([]string{"-m", "--propagation", "private",
 		"sh", "-c", script, filepath.Dir(safefsBin)}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exitErr *exec.ExitError
-	if err != nil && !errors.As(err, &exitErr) {
-		t.Fatalf("run mount %v: %v", args, err)
-	}
-	return result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+	return runResult(t, cmd, "mount", args)
 }
 
 // becomeSubreaper makes the test adopt the daemons that the fstab form

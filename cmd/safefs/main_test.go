@@ -55,12 +55,19 @@ func runSafefs(t *testing.T, env []string, args ...string) result {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, safefsBin, args...)
 	cmd.Env = append(os.Environ(), env...)
+	return runResult(t, cmd, "safefs", args)
+}
+
+// runResult runs cmd to completion and returns its exit code and output;
+// a command that cannot be run at all fails the test.
+func runResult(t *testing.T, cmd *exec.Cmd, what string, args []string) result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
-		t.Fatalf("run safefs %v: %v", args, err)
+		t.Fatalf("run %s %v: %v", what, args, err)
 	}
 	return result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
 }

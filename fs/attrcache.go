@@ -93,8 +93,10 @@ func (h *handle) noteSize() {
 // mappedSize is the largest size a handle of f with a shared map shows,
 // 0 if none; it never waits for a handle busy in a commit.
 func (f *file) mappedSize() int64 {
+	f.mu.Lock() // every stat asks: no copy of the handle list
+	defer f.mu.Unlock()
 	var size int64
-	for _, h := range f.handleList() {
+	for h := range f.handles {
 		if h.mapped.Load() {
 			size = max(size, h.seen.Load())
 		}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/journal"
 )
 
 // name is one directory entry of a logical file.
@@ -33,6 +35,21 @@ type file struct {
 	opened  uint64 // handles opened so far, for handle.seq
 	// cachedUntil: the kernel may hold f's attributes until then (ns).
 	cachedUntil int64
+	// syncs groups the fsyncs of a directory by concurrent commits;
+	// made at the first, only for directories.
+	syncs *journal.GroupSync
+}
+
+// syncDir fsyncs the directory f through fd, or waits for an fsync of it
+// that started after the caller's rename, which serves as well.
+func (f *file) syncDir(fd int) error {
+	f.mu.Lock()
+	if f.syncs == nil {
+		f.syncs = new(journal.GroupSync)
+	}
+	g := f.syncs
+	f.mu.Unlock()
+	return g.Do(func() error { return unix.Fsync(fd) })
 }
 
 func newFile(ino uint64, kind uint32, k key) *file {

@@ -102,7 +102,8 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 }
 
 // lockChildren takes the commit locks of the named children, so that a
-// name never changes under a commit in progress.
+// name never changes under a commit in progress, before a rename or a
+// removal.
 func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
 	var keys []uint64
 	for _, k := range kids {
@@ -115,6 +116,15 @@ func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
 	g, err := n.r.locks.Lock(ctx, keys...)
 	if err != nil {
 		return nil, lockErrno(err)
+	}
+	// An append record ended lazily names a path this may change: it
+	// must be durable first, or recovery could find it open and its
+	// path another file (see CommitLazy).
+	if n.r.opts.Durable {
+		if err := n.r.jr.SyncEnds(); err != nil {
+			g.Release()
+			return nil, err
+		}
 	}
 	return g.Release, nil
 }

@@ -61,7 +61,7 @@ func (r *root) crash(point string) {
 // CrashPoints are the steps of a commit where SAFEFS_CRASH_AT can kill
 // the daemon, in commit order for each kind.
 var CrashPoints = []string{
-	"replace-staged", "replace-before-rename", "replace-after-rename", "replace-dir-synced",
+	"replace-before-rename", "replace-after-rename", "replace-dir-synced",
 	"inplace-undo-saved", "inplace-begun", "inplace-truncated", "inplace-written", "inplace-ended",
 	"append-begun", "append-half", "append-written", "append-synced", "append-ended",
 }

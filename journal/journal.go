@@ -49,6 +49,10 @@ type Journal struct {
 	// syncing is held (read) by an fsync of f in progress: compaction
 	// closes the old f only once none is.
 	syncing sync.RWMutex
+	group   GroupSync
+	// lazyEnds counts end lines written without an fsync (CommitLazy),
+	// syncedEnds how many of them a finished fsync covered.
+	lazyEnds, syncedEnds uint64
 }
 
 // Entry is one commit logged by Begin.
@@ -165,13 +169,40 @@ func (e *Entry) Record() Record { return e.rec }
 
 // Commit logs that the commit is complete. Once it returns nil (and the
 // journal is durable), recovery will not undo the commit.
-func (e *Entry) Commit() error { return e.j.finish(e, false) }
+func (e *Entry) Commit() error { return e.j.finish(e, false, true) }
+
+// CommitLazy logs that the commit is complete without waiting for the
+// line to be durable: for a record that recovery settles the same way
+// ended or not (an append whose bytes are durable verifies by its CRC).
+// The next fsync of the journal, or SyncEnds, makes it durable.
+func (e *Entry) CommitLazy() error { return e.j.finish(e, false, false) }
 
 // Abort logs that the commit was given up. It is a no-op after Commit or
 // Abort, so callers can always defer it.
-func (e *Entry) Abort() error { return e.j.finish(e, true) }
+func (e *Entry) Abort() error { return e.j.finish(e, true, true) }
 
-func (j *Journal) finish(e *Entry, aborted bool) error {
+// SyncEnds makes the end lines of CommitLazy durable, if some are not: a
+// commit that writes no record of its own calls it before it changes a
+// target that such a record names, so that recovery does not find that
+// record open and its file another.
+func (j *Journal) SyncEnds() error {
+	j.mu.Lock()
+	done := j.syncedEnds >= j.lazyEnds
+	j.mu.Unlock()
+	if done {
+		return nil
+	}
+	return j.sync()
+}
+
+// EndsPending reports whether an end line of CommitLazy is not durable yet.
+func (j *Journal) EndsPending() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.durable && j.syncedEnds < j.lazyEnds
+}
+
+func (j *Journal) finish(e *Entry, aborted, durable bool) error {
 	j.mu.Lock()
 	if e.done {
 		j.mu.Unlock()
@@ -188,8 +219,11 @@ func (j *Journal) finish(e *Entry, aborted bool) error {
 	if !j.closed {
 		err = j.writeEnd(e.rec.ID, aborted)
 	}
+	if err == nil && !durable {
+		j.lazyEnds++
+	}
 	j.mu.Unlock()
-	if err == nil {
+	if err == nil && durable {
 		err = j.sync()
 	}
 	if err != nil {
@@ -285,18 +319,29 @@ func (j *Journal) replaceWith(nf *os.File, buf []byte) error {
 	return nil
 }
 
-// sync runs without j.mu so concurrent commits share the disk's time. A
+// sync runs without j.mu so concurrent commits share the disk's time,
+// and one fsync serves every line written before it started. A
 // compaction meanwhile made every open entry durable in the new file.
 func (j *Journal) sync() error {
 	if !j.durable {
 		return nil
 	}
+	return j.group.Do(j.syncFile)
+}
+
+func (j *Journal) syncFile() error {
 	j.mu.Lock()
-	f := j.f
+	f, ends := j.f, j.lazyEnds
 	j.syncing.RLock()
 	j.mu.Unlock()
 	defer j.syncing.RUnlock()
-	return f.Sync()
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	j.syncedEnds = max(j.syncedEnds, ends)
+	j.mu.Unlock()
+	return nil
 }
 
 // Close closes the journal. With no entry open it is a clean shutdown:

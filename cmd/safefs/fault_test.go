@@ -14,9 +14,9 @@ package main
 // openat2 cases rely on the target's open being the commit's first.)
 // strace is detached before the follow-up commit. The order of calls was
 // read off a plain `strace -f` of the daemon: a replace commit fsyncs the
-// staging file, then the journal, renames with renameat2, then fsyncs the
-// directory and the journal; an append copies with copy_file_range and
-// fdatasyncs the target; an in-place commit copies the old bytes to undo/
+// staging file, renames with renameat2, then fsyncs the directory (no
+// journal record); an append fsyncs its journal record, copies with
+// copy_file_range and fdatasyncs the target (its end line is not synced); an in-place commit copies the old bytes to undo/
 // (copy_file_range unless the file system clones), fsyncs it, rewrites
 // the target and fsyncs it. Files are opened with openat2; staging files
 // are created at open (O_TRUNC) or first write, not at close.
@@ -208,9 +208,6 @@ func faultCases() []faultCase {
 			// replace: the first fsync is the staging file's.
 			faultCase{name: "replace/fsync-staging/" + e.name, kind: "replace", mode: "replace", step: "close",
 				trace: "fsync", injects: []string{in("fsync")}, errno: e.errno, logWant: "fsync staging: "},
-			faultCase{name: "replace/fsync-journal/" + e.name, kind: "replace", mode: "replace", step: "close",
-				trace: "fsync", paths: []string{".safefs/journal"}, injects: []string{in("fsync")}, errno: e.errno,
-				logWant: "/.safefs/journal: "},
 			faultCase{name: "replace/renameat2/" + e.name, kind: "replace", mode: "replace", step: "close",
 				trace: "renameat2", injects: []string{in("renameat2")}, errno: e.errno},
 			// The target is opened (O_PATH) to copy its xattrs.
@@ -223,6 +220,10 @@ func faultCases() []faultCase {
 				trace: "pwrite64", injects: []string{in("pwrite64")}, errno: e.errno},
 			faultCase{name: "append/copy_file_range/" + e.name, kind: "append", mode: "append", step: "close",
 				trace: "copy_file_range", injects: []string{in("copy_file_range")}, errno: e.errno},
+			// The record is fsynced before the target changes.
+			faultCase{name: "append/fsync-journal/" + e.name, kind: "append", mode: "append", step: "close",
+				trace: "fsync", paths: []string{".safefs/journal"}, injects: []string{in("fsync")}, errno: e.errno,
+				logWant: "/.safefs/journal: "},
 			faultCase{name: "append/fdatasync/" + e.name, kind: "append", mode: "append", step: "close",
 				trace: "fdatasync", injects: []string{in("fdatasync")}, errno: e.errno},
 			faultCase{name: "append/openat2-target/" + e.name, kind: "append", mode: "append", step: "close",

@@ -159,7 +159,7 @@ func (h *handle) copyUp(empty bool) error {
 			return err
 		}
 	}
-	st, nm, err := newTemp(h.n.r.stagingfd)
+	st, nm, err := h.n.r.pool.take()
 	if err != nil {
 		return err
 	}

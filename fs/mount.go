@@ -142,8 +142,10 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	if real, err := filepath.EvalSymlinks(r.mountpoint); err == nil {
 		r.mountpoint = real
 	}
+	r.pool = newStagingPool(r.stagingfd, r.opts.StagingPool, r.log)
 	srv, err := serve(mountpoint, r.newNode(r.top), r.fuseOptions(backing))
 	if err != nil {
+		r.pool.close()
 		r.jr.Close()
 		return nil, err
 	}
@@ -151,6 +153,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		// Serving would break a promise silently: the operator decides.
 		_ = srv.Unmount()
 		srv.Wait()
+		r.pool.close()
 		r.jr.Close()
 		return nil, ErrKillCheck
 	}
@@ -254,6 +257,7 @@ func (s *Server) release() {
 			f.dropGhost()
 		}
 		r.dirs.closeAll()
+		r.pool.close()
 		r.rmwStop()
 		r.logStats()
 		if err := r.jr.Close(); err != nil {

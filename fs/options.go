@@ -40,6 +40,9 @@ type Options struct {
 	RMWGlobs []string
 	RMWHold  time.Duration
 	RMWWait  time.Duration
+	// StagingPool is how many empty staging files are made ahead of the
+	// opens that need them (O_TMPFILE); 0: each open creates its own.
+	StagingPool int
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.
@@ -52,5 +55,6 @@ func DefaultOptions() Options {
 		RMWAuto:     true,
 		RMWHold:     time.Second,
 		RMWWait:     3 * time.Second,
+		StagingPool: 4,
 	}
 }

@@ -195,6 +195,7 @@ type faultCase struct {
 	errno   syscall.Errno
 	logWant string // in the daemon's log when the fault hit the step meant
 	needCFR bool   // needs copy_file_range to be used for whole-file copies (no reflinks)
+	mountO  string // -o for the mount, if any
 }
 
 func faultCases() []faultCase {
@@ -213,9 +214,12 @@ func faultCases() []faultCase {
 			// The target is opened (O_PATH) to copy its xattrs.
 			faultCase{name: "replace/openat2-target/" + e.name, kind: "replace", mode: "replace", step: "close",
 				trace: "openat2", injects: []string{in("openat2")}, errno: e.errno},
-			// Without O_TRUNC the staging file is made at the first write.
+			// Without O_TRUNC the staging file is made at the first write:
+			// by name without the staging pool, else named by linkat.
 			faultCase{name: "write/openat2-staging/" + e.name, kind: "replace", mode: "update", step: "write",
-				trace: "openat2", injects: []string{in("openat2")}, errno: e.errno},
+				trace: "openat2", injects: []string{in("openat2")}, errno: e.errno, mountO: "staging_pool=0"},
+			faultCase{name: "write/linkat-staging/" + e.name, kind: "replace", mode: "update", step: "write",
+				trace: "linkat", injects: []string{in("linkat")}, errno: e.errno},
 			faultCase{name: "write/pwrite64-staging/" + e.name, kind: "replace", mode: "update", step: "write",
 				trace: "pwrite64", injects: []string{in("pwrite64")}, errno: e.errno},
 			faultCase{name: "append/copy_file_range/" + e.name, kind: "append", mode: "append", step: "close",
@@ -278,7 +282,13 @@ func testFault(t *testing.T, c faultCase) {
 		t.Skip("the backing file system has reflinks: whole-file copies clone instead of calling copy_file_range")
 	}
 	target := filepath.Join(backing, "f")
-	p := startMountWith(t, backing, mnt, "")
+	var p *mountProc
+	if c.mountO != "" {
+		p = launchMount(t, exec.Command(safefsBin, "mount", "-o", c.mountO, backing, mnt), mnt)
+		p.waitMounted(t)
+	} else {
+		p = startMountWith(t, backing, mnt, "")
+	}
 	old := testVersion("old", 1000)
 	require.NoError(t, os.WriteFile(filepath.Join(mnt, "f"), old, 0o644))
 	if c.kind == "inplace" {

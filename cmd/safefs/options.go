@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,9 @@ var mountOptions = []mountOption{
 	{name: "durability", value: "full|none", help: "full: fsync staging file, directory and journal",
 		show: func(c mountConfig) string { return durabilityName(c.fs.Durable) },
 		set:  setDurability},
+	{name: "staging_pool", value: "N", help: "empty staging files made ahead of the opens that need them (0: each open creates its own)",
+		show: func(c mountConfig) string { return strconv.Itoa(c.fs.StagingPool) },
+		set:  func(c *mountConfig, v string) error { return setCount(&c.fs.StagingPool, v, 0) }},
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
 		show: func(c mountConfig) string { return onOff(c.fs.KillCheck) },
 		set:  setKillCheck},
@@ -180,21 +184,19 @@ func rmwName(c mountConfig) string {
 	return strings.Join(items, ":")
 }
 
-func setMaxWaiters(c *mountConfig, v string) error {
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return errors.New("want a whole number >= 1")
-	}
-	c.fs.MaxWaiters = n
-	return nil
-}
+func setMaxWaiters(c *mountConfig, v string) error { return setCount(&c.fs.MaxWaiters, v, 1) }
 
 func setMaxFilesPerUser(c *mountConfig, v string) error {
+	return setCount(&c.fs.MaxFilesPerUser, v, 0)
+}
+
+// setCount parses a whole number >= least.
+func setCount(dst *int, v string, least int) error {
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return errors.New("want a whole number >= 0")
+	if err != nil || n < least {
+		return fmt.Errorf("want a whole number >= %d", least)
 	}
-	c.fs.MaxFilesPerUser = n
+	*dst = n
 	return nil
 }
 

@@ -53,7 +53,7 @@ func (f *file) syncDir(fd int) error {
 }
 
 func newFile(ino uint64, kind uint32, k key) *file {
-	return &file{ino: ino, kind: kind, key: k, names: map[name]struct{}{}, handles: map[*handle]struct{}{}, ghost: -1}
+	return &file{ino: ino, kind: kind, key: k, names: map[name]struct{}{}, ghost: -1}
 }
 
 func (f *file) addName(dir *Node, n string) {
@@ -93,13 +93,21 @@ func (f *file) addHandle(h *handle) {
 	f.mu.Lock()
 	f.opened++
 	h.seq = f.opened
+	if f.handles == nil {
+		f.handles = map[*handle]struct{}{}
+	}
 	f.handles[h] = struct{}{}
 	f.mu.Unlock()
 }
 
+// dropHandle drops the map with the last handle: a map keeps its size,
+// and most of the files the kernel remembers are not open.
 func (f *file) dropHandle(h *handle) {
 	f.mu.Lock()
 	delete(f.handles, h)
+	if len(f.handles) == 0 {
+		f.handles = nil
+	}
 	f.mu.Unlock()
 }
 

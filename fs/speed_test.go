@@ -39,7 +39,7 @@ func TestTgidOfFromHandle(t *testing.T) {
 	assert.Equal(t, self, unknown.tgidOf(self), "a handle that did not know its process does not answer")
 
 	f := newFile(1, 0, key{})
-	f.handles[h] = struct{}{}
+	f.addHandle(h)
 	assert.Equal(t, uint32(77), f.tgidOf(4_000_001))
 	assert.Equal(t, self, f.tgidOf(self))
 }

@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	markdown := fl.Bool("markdown", false, "print a markdown table")
 	verbose := fl.Bool("v", false, "log progress to stderr")
 	syscalls := fl.Bool("syscalls", false, "also count system calls and fsyncs per commit (strace -c) of the commit rows, in a second untimed run: safefs targets run as child daemons, byhand counts this process")
-	cfg := config{seqSize: 1 << 30, mmapSize: 64 << 20}
+	cfg := config{seqSize: 1 << 30, mmapSize: 64 << 20, memSize: 1 << 30}
 	fl.IntVar(&cfg.createN, "create-n", 2000, "create-4k: files to create")
 	fl.IntVar(&cfg.rewriteN, "rewrite-n", 2000, "rewrite-4k: rewrites of the file")
 	fl.Var((*sizeFlag)(&cfg.seqSize), "seq-size", "seq-write, seq-read-*: file size (suffix K, M, G)")
@@ -62,6 +62,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.IntVar(&cfg.statPasses, "stat-passes", 5, "stat: timed passes over the files")
 	fl.IntVar(&cfg.counterProcs, "counter-procs", 16, "naive-counter: processes at once")
 	fl.IntVar(&cfg.counterRuns, "counter-runs", 400, "naive-counter: increments per process")
+	fl.IntVar(&cfg.flockProcs, "flock-procs", 8, "flock-counter: processes at once")
+	fl.IntVar(&cfg.flockRuns, "flock-runs", 100, "flock-counter: commits per process")
+	fl.IntVar(&cfg.writersN, "writers-n", 2000, "writers-1, -4, -16: commits in all, shared among the writers")
+	fl.IntVar(&cfg.memFiles, "memory-files", 10000, "memory: files created through the daemon")
+	fl.Var((*sizeFlag)(&cfg.memSize), "memory-size", "memory: bytes written through one handle (suffix K, M, G)")
 	fl.IntVar(&cfg.apacheN, "apache-n", 20000, "apache: requests")
 	fl.DurationVar(&cfg.apachePause, "apache-pause", 0, "apache: rewriter's pause after each rewrite (0: continuous)")
 	if err := fl.Parse(args); err != nil {
@@ -170,10 +175,11 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 // afterwards. ok is false if w wants a cold cache and it could not be dropped.
 // With trace, the run is counted with strace (t.pid) instead of timed.
 func runOne(ctx context.Context, w workload, t *target, cfg config, trace bool) (r result, ok bool) {
-	if t.byHand && !w.commits {
-		return r, true // no by-hand form: shown as "-"
+	if t.byHand && !w.commits || w.safefsOnly && !isSafefs(t.name) {
+		return r, true // no form for this target: shown as "-"
 	}
-	e := &env{ctx: ctx, dir: filepath.Join(t.dir, w.name), raw: filepath.Join(t.raw, w.name), cfg: cfg, byHand: t.byHand}
+	e := &env{ctx: ctx, dir: filepath.Join(t.dir, w.name), raw: filepath.Join(t.raw, w.name), root: t.root,
+		target: t.name, cfg: cfg, byHand: t.byHand}
 	// Remove through the mount: safefs (at this version) can mistake a file
 	// made in BACKING for one removed behind its back that had the same inode number.
 	defer func() {
@@ -205,7 +211,7 @@ func runOne(ctx context.Context, w workload, t *target, cfg config, trace bool) 
 	start := time.Now()
 	n, err := w.run(e)
 	r.value, r.err, r.extra = n, err, e.extra
-	if w.total == nil {
+	if w.total == nil && !w.text {
 		r.value = n / cmp.Or(e.secs, time.Since(start).Seconds())
 	}
 	return r, ok
@@ -247,6 +253,8 @@ func printFacts(w io.Writer, dir string, cfg config, markdown bool) {
 		fmt.Sprintf("dir:    %s (%s, %s free)", dir, fsType, sizeFlag(free)),
 		fmt.Sprintf("sizes:  create-4k %d files, rewrite-4k %d commits, seq %s in 1 MiB I/Os, mmap %s, append %d x 100 B, stat %d files x %d, counter %d x %d, apache %d requests (rewriter pause %v)",
 			cfg.createN, cfg.rewriteN, sizeFlag(cfg.seqSize), sizeFlag(cfg.mmapSize), cfg.appendN, cfg.statN, cfg.statPasses, cfg.counterProcs, cfg.counterRuns, cfg.apacheN, cfg.apachePause),
+		fmt.Sprintf("        flock-counter %d x %d, writers-K %d commits in all, memory %d files then %s through one handle",
+			cfg.flockProcs, cfg.flockRuns, cfg.writersN, cfg.memFiles, sizeFlag(cfg.memSize)),
 		"cells:  figure (ratio to backing, ratio to loopback, and in the commit rows to byhand: the durable atomic write by hand)",
 	}
 	for _, l := range lines {

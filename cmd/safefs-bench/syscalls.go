@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,10 +44,12 @@ func childMain() bool {
 }
 
 // serveChild is the child daemon: mount target name of raw on dir, say
-// "ready" on stdout, serve until SIGTERM or SIGINT, unmount.
+// "ready" on stdout, serve until SIGTERM or SIGINT, unmount. SIGUSR1
+// collects garbage and returns it to the system, then says "freed": the
+// memory row tells live memory from garbage with it.
 func serveChild(name, raw, dir string) error {
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	o, err := safefsOptions(name)
 	if err != nil {
 		return err
@@ -57,7 +60,12 @@ func serveChild(name, raw, dir string) error {
 		return err
 	}
 	fmt.Println("ready")
-	for range sigs {
+	for sig := range sigs {
+		if sig == syscall.SIGUSR1 {
+			debug.FreeOSMemory()
+			fmt.Println("freed")
+			continue
+		}
 		if err = srv.Unmount(); err == nil {
 			return nil
 		}
@@ -68,19 +76,47 @@ func serveChild(name, raw, dir string) error {
 // mountChild starts the child daemon for target name and returns its
 // unmount and its pid once it serves.
 func mountChild(name, raw, dir string) (func() error, int, error) {
-	exe, err := os.Executable()
+	c, err := startChild(name, raw, dir)
 	if err != nil {
 		return nil, 0, err
+	}
+	return c.stop, c.pid, nil
+}
+
+// child is a child daemon that serves.
+type child struct {
+	pid   int
+	stop  func() error  // unmount and wait for the child's exit
+	freed chan struct{} // a "freed" line (freeMemory)
+}
+
+// freeMemory has the child collect its garbage and waits until it has.
+func (c *child) freeMemory() error {
+	if err := syscall.Kill(c.pid, syscall.SIGUSR1); err != nil {
+		return err
+	}
+	select {
+	case <-c.freed:
+		return nil
+	case <-time.After(childLimit):
+		return fmt.Errorf("daemon %d: no \"freed\" after %v", c.pid, childLimit)
+	}
+}
+
+func startChild(name, raw, dir string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
 	}
 	cmd := exec.Command(exe, raw, dir)
 	cmd.Env = append(os.Environ(), daemonEnv+"="+name)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	stop := func() error {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -89,10 +125,22 @@ func mountChild(name, raw, dir string) (func() error, int, error) {
 	if err := waitLine(out, "ready"); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, 0, fmt.Errorf("mount %s in a child: %w", name, err)
+		return nil, fmt.Errorf("mount %s in a child: %w", name, err)
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return stop, cmd.Process.Pid, nil
+	c := &child{pid: cmd.Process.Pid, stop: stop, freed: make(chan struct{}, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "freed" {
+				select {
+				case c.freed <- struct{}{}:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	return c, nil
 }
 
 // waitLine reads r until a line containing want, within childLimit.

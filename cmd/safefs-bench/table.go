@@ -57,6 +57,8 @@ func cell(wl workload, rs map[string]result, t string, cfg config) string {
 		return errCell(r.err)
 	case wl.total != nil:
 		return fmt.Sprintf("%.0f/%.0f", r.value, wl.total(cfg))
+	case wl.text:
+		return r.extra
 	}
 	var ratios []string
 	for _, b := range []string{"backing", "loopback"} {
@@ -95,6 +97,10 @@ func extraRow(wl workload, rs map[string]result, targets []string, cfg config) [
 func errCell(err error) string {
 	if errors.Is(err, errNoApache) {
 		return "error: " + errNoApache.Error()
+	}
+	var lost lostError
+	if errors.As(err, &lost) {
+		return "error: " + lost.Error()
 	}
 	var errno unix.Errno
 	if errors.As(err, &errno) {

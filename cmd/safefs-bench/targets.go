@@ -39,6 +39,16 @@ var targetNames = func() []string {
 	return names
 }()
 
+// isSafefs reports whether target name is a safefs mount.
+func isSafefs(name string) bool {
+	for _, t := range safefsTargets {
+		if t.name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // target is one place the workloads run. Every target has its own fresh
 // directory root holding its backing directory raw and, for the FUSE
 // targets, its mountpoint.

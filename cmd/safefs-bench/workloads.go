@@ -26,12 +26,18 @@ type config struct {
 	counterRuns  int           // naive-counter increments per process
 	apacheN      int           // apache requests
 	apachePause  time.Duration // apache: rewriter's pause after each rewrite
+	flockProcs   int           // flock-counter processes
+	flockRuns    int           // flock-counter commits per process
+	writersN     int           // writers-K: commits in all, shared among the K writers
+	memFiles     int           // memory: files created
+	memSize      int64         // memory: bytes written through one handle
 	syscalls     bool          // -syscalls: count the commit rows' system calls too
 }
 
 func (c config) valid() bool {
 	for _, n := range []int64{int64(c.createN), int64(c.rewriteN), int64(c.appendN), int64(c.statN),
-		int64(c.statPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), c.seqSize, c.mmapSize} {
+		int64(c.statPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), c.seqSize, c.mmapSize,
+		int64(c.flockProcs), int64(c.flockRuns), int64(c.writersN), int64(c.memFiles), c.memSize} {
 		if n < 1 {
 			return false
 		}
@@ -39,13 +45,15 @@ func (c config) valid() bool {
 	return true
 }
 
-// shrink divides every count and size by 10, for smoke runs. The counter
-// keeps its processes: with fewer there is little race to measure.
+// shrink divides every count and size by 10, for smoke runs. The counters
+// keep their processes: with fewer there is little race to measure.
 func (c *config) shrink() {
-	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.counterRuns, &c.apacheN} {
+	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.counterRuns, &c.apacheN,
+		&c.flockRuns, &c.writersN, &c.memFiles} {
 		*n = max(*n/10, 1)
 	}
 	c.seqSize = max(c.seqSize/10/chunk*chunk, chunk)
+	c.memSize = max(c.memSize/10/chunk*chunk, chunk)
 	c.mmapSize = max(c.mmapSize/10/pageSize*pageSize, pageSize)
 }
 
@@ -55,6 +63,8 @@ func (c *config) shrink() {
 type env struct {
 	ctx      context.Context
 	dir, raw string
+	root     string // the target's own directory, outside its mount and backing directory
+	target   string // the target's name
 	cfg      config
 	byHand   bool    // commits are made durably by hand (byHandTarget)
 	extra    string  // the cell of the workload's extra row, if it has one
@@ -78,6 +88,10 @@ type workload struct {
 	commits bool
 	// extra titles a second row that the same run fills (env.extra).
 	extra func(c config) string
+	// safefsOnly rows run only on the safefs targets ("-" elsewhere).
+	safefsOnly bool
+	// text rows show env.extra as their cell: no rate, no ratios.
+	text bool
 }
 
 var workloads = []workload{
@@ -91,6 +105,11 @@ var workloads = []workload{
 	{name: "append-1g", unit: "ops/s", setup: appendSetup(1 << 30), run: appendRun(1 << 30), commits: true},
 	{name: "stat", unit: "ops/s", setup: statSetup, run: statRun},
 	{name: "naive-counter", unit: "kept", setup: counterSetup, run: counterRun, total: counterTotal, title: counterTitle},
+	{name: "flock-counter", unit: "commits/s", setup: counterSetup, run: flockRun, commits: true},
+	writersRow(1),
+	writersRow(4),
+	writersRow(16),
+	{name: "memory", unit: "MiB", run: memoryRun, safefsOnly: true, text: true},
 	{name: "apache", unit: "req/s", setup: apacheSetup, run: apacheRun, extra: apacheCutTitle},
 }
 

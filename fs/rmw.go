@@ -29,6 +29,39 @@ type rmwState struct {
 	exits   *exitWatch
 	saveMu  sync.Mutex
 	warnLog logLimit
+	locking lockingPairs
+}
+
+// lockingPairs remembers, for a while, the (file, program) pairs seen
+// holding a lock when they rewrote what they read: a flock counter
+// would otherwise have every process's descriptors read in /proc at
+// every commit (about 85 system calls each, measured).
+type lockingPairs struct {
+	mu   sync.Mutex
+	seen map[rmw.Pair]time.Time
+}
+
+// lockingKeep is how long a pair seen locking is not checked again; a
+// program that drops its lock meanwhile is learned that much later.
+const lockingKeep = 10 * time.Second
+
+// maxLockingPairs bounds the memory: past it the set starts afresh.
+const maxLockingPairs = 4096
+
+func (l *lockingPairs) has(p rmw.Pair, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.seen[p]
+	return ok && now.Sub(at) < lockingKeep
+}
+
+func (l *lockingPairs) add(p rmw.Pair, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil || len(l.seen) >= maxLockingPairs {
+		l.seen = map[rmw.Pair]time.Time{}
+	}
+	l.seen[p] = now
 }
 
 // rmwReadKeep is how long a read is remembered as the first half of a
@@ -204,7 +237,12 @@ func (r *root) rmwLearn(n *Node, pid uint32) {
 		return
 	}
 	p := rmw.Pair{Path: n.path(), Cmd: program(pid)}
-	if p.Cmd == "" || x.learned.Has(p) || holdsLock(pid) {
+	now := time.Now()
+	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
+		return
+	}
+	if holdsLock(pid) {
+		x.locking.add(p, now)
 		return
 	}
 	if !x.learned.Add(p) {

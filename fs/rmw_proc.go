@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -122,16 +121,14 @@ func holdsLock(pid uint32) bool {
 }
 
 func fdHoldsLock(p string) bool {
-	f, err := os.Open(p)
+	b, err := readProc(p) // plain calls: os.Open would try the poller
 	if err != nil {
 		return false // closed meanwhile
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for _, l := range strings.Split(string(b), "\n") {
 		// "lock:\t1: FLOCK  ADVISORY  WRITE 123 00:2f:5 0 EOF"; a
 		// request still waiting ("->") is not held.
-		if rest, ok := strings.CutPrefix(sc.Text(), "lock:"); ok && !strings.Contains(rest, "->") {
+		if rest, ok := strings.CutPrefix(l, "lock:"); ok && !strings.Contains(rest, "->") {
 			return true
 		}
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/rmw"
 )
 
 // readProc reads whole files of any size with plain system calls.
@@ -54,4 +56,21 @@ func TestSpaceCache(t *testing.T) {
 	c.set(1<<30, 4096)
 	c.at = time.Now().Add(-spaceTTL)
 	assert.False(t, c.take(1), "a stale sample grants nothing")
+}
+
+// A pair seen holding a lock is not read in /proc again for a while.
+func TestLockingPairs(t *testing.T) {
+	var l lockingPairs
+	p := rmw.Pair{Path: "count", Cmd: "perl"}
+	now := time.Now()
+	assert.False(t, l.has(p, now))
+	l.add(p, now)
+	assert.True(t, l.has(p, now.Add(lockingKeep-time.Millisecond)))
+	assert.False(t, l.has(p, now.Add(lockingKeep)), "kept past lockingKeep")
+	assert.False(t, l.has(rmw.Pair{Path: "count", Cmd: "other"}, now))
+	for i := range maxLockingPairs {
+		l.add(rmw.Pair{Path: strconv.Itoa(i)}, now)
+	}
+	assert.LessOrEqual(t, len(l.seen), maxLockingPairs, "unbounded")
+	assert.False(t, l.has(p, now), "the full set was not started afresh")
 }

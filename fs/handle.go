@@ -155,7 +155,14 @@ func (h *handle) copyUp(empty bool) error {
 		return err
 	}
 	if !empty {
-		if err := h.roomForCopy(h.base); err != nil {
+		bs, err := fstat(int(h.base.Fd()))
+		if err != nil {
+			return err
+		}
+		// A file just created has nothing to copy (a create's first
+		// write): skip the clone attempt and two truncations.
+		empty = bs.Size == 0
+		if err := h.n.r.roomFor(h.uid, bs.Blocks*512); err != nil {
 			return err
 		}
 	}

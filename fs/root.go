@@ -86,6 +86,12 @@ func (r *root) forget(f *file) {
 	if !open {
 		r.ids.drop(f)
 		f.dropGhost()
+		if r.rmw != nil {
+			// Its number may name another file next: a read of this
+			// one must not make that one's first write look like a
+			// read-modify-write.
+			r.rmw.reads.Forget(f.ino)
+		}
 	}
 }
 

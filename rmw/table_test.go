@@ -235,7 +235,14 @@ func TestReads(t *testing.T) {
 	for i := range maxReads + 5 {
 		r.Note(uint64(i+100), 1)
 	}
-	if len(r.seen) > maxReads {
-		t.Fatalf("%d entries", len(r.seen))
+	if r.n > maxReads || len(r.seen) > maxReads {
+		t.Fatalf("%d entries, %d keys", r.n, len(r.seen))
+	}
+	r.Note(7, 1)
+	r.Note(7, 2)
+	n := r.n
+	r.Forget(7)
+	if r.Read(7, 1) || r.Read(7, 2) || r.n != n-2 {
+		t.Fatalf("Forget: read %v %v, %d entries, want %d", r.Read(7, 1), r.Read(7, 2), r.n, n-2)
 	}
 }

@@ -35,11 +35,21 @@ func counterSetup(e *env) error {
 // increments the file kept.
 func counterRun(e *env) (float64, error) {
 	p := e.path("count")
-	cmds := make([]*exec.Cmd, e.cfg.counterProcs)
-	outs := make([]bytes.Buffer, len(cmds))
+	if err := runPerls(e, "counter", e.cfg.counterProcs, naiveCounter, p, strconv.Itoa(e.cfg.counterRuns)); err != nil {
+		return 0, err
+	}
+	n, err := readCount(p)
+	return float64(n), err
+}
+
+// runPerls runs n Perl processes of prog with args at once and waits
+// for all of them; what is the workload's name in errors.
+func runPerls(e *env, what string, n int, prog string, args ...string) error {
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]bytes.Buffer, n)
 	var errs []error
 	for i := range cmds {
-		cmds[i] = exec.CommandContext(e.ctx, "perl", "-e", naiveCounter, p, strconv.Itoa(e.cfg.counterRuns))
+		cmds[i] = exec.CommandContext(e.ctx, "perl", append([]string{"-e", prog}, args...)...)
 		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
 		if err := cmds[i].Start(); err != nil {
 			errs = append(errs, err)
@@ -51,12 +61,14 @@ func counterRun(e *env) (float64, error) {
 			continue
 		}
 		if err := c.Wait(); err != nil {
-			errs = append(errs, fmt.Errorf("counter process %d: %w: %s", i, err, strings.TrimSpace(outs[i].String())))
+			errs = append(errs, fmt.Errorf("%s process %d: %w: %s", what, i, err, strings.TrimSpace(outs[i].String())))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return 0, err
-	}
+	return errors.Join(errs...)
+}
+
+// readCount reads the number a counter file holds.
+func readCount(p string) (int, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return 0, err
@@ -65,7 +77,7 @@ func counterRun(e *env) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s holds %q, not a count", p, b)
 	}
-	return float64(n), nil
+	return n, nil
 }
 
 func counterTotal(c config) float64 { return float64(c.counterProcs * c.counterRuns) }

@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 )
 
 // flockCounter is the typical CGI counter (issue 12): open '+<', flock
@@ -62,26 +57,7 @@ func flockRun(e *env) (float64, error) {
 	if e.byHand {
 		mode = "durable"
 	}
-	cmds := make([]*exec.Cmd, e.cfg.flockProcs)
-	outs := make([]bytes.Buffer, len(cmds))
-	var errs []error
-	for i := range cmds {
-		cmds[i] = exec.CommandContext(e.ctx, "perl", "-e", flockCounter, p, strconv.Itoa(e.cfg.flockRuns), mode)
-		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
-		if err := cmds[i].Start(); err != nil {
-			errs = append(errs, err)
-			cmds[i] = nil
-		}
-	}
-	for i, c := range cmds {
-		if c == nil {
-			continue
-		}
-		if err := c.Wait(); err != nil {
-			errs = append(errs, fmt.Errorf("flock counter process %d: %w: %s", i, err, strings.TrimSpace(outs[i].String())))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := runPerls(e, "flock counter", e.cfg.flockProcs, flockCounter, p, strconv.Itoa(e.cfg.flockRuns), mode); err != nil {
 		return 0, err
 	}
 	want := e.cfg.flockProcs * e.cfg.flockRuns
@@ -91,13 +67,9 @@ func flockRun(e *env) (float64, error) {
 // checkCount reads the counter at path and fails with lostError if it
 // holds less than want.
 func checkCount(path string, want int) error {
-	b, err := os.ReadFile(path)
+	n, err := readCount(path)
 	if err != nil {
 		return err
-	}
-	n, err := strconv.Atoi(strings.TrimSuffix(string(b), "\n"))
-	if err != nil {
-		return fmt.Errorf("%s holds %q, not a count", path, b)
 	}
 	if n < want {
 		return lostError{want - n}

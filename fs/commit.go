@@ -30,12 +30,14 @@ func (h *handle) commitLocked() error {
 	defer r.commitsEnded.Add(1)
 	ctx, cancel := lockContext(r)
 	defer cancel()
-	g, err := r.locks.LockTagged(ctx, h.who(), h.n.f.ino)
+	key := h.n.lockKey()
+	held, err := r.locks.Lock(ctx, h.who(), key)
 	h.obsLocked()
 	if err != nil {
 		return h.reject(err)
 	}
-	defer g.Release()
+	defer held.Release()
+	g := grant{held, key.Name}
 	base := h.base
 	if h.append {
 		err = h.commitAppend(g)
@@ -73,11 +75,14 @@ var errUnlinked = errors.New("file has no name")
 // was changed directly in BACKING: committing there would put the
 // writer's bytes in another file, so that is ESTALE; so is a directory
 // moved out of BACKING. The caller closes v.fd.
-func (n *Node) locate() (v named, err error) {
+func (n *Node) locate(g grant) (v named, err error) {
 	if len(n.f.nameList()) == 0 {
 		return v, errUnlinked
 	}
 	v, err = n.findNamed()
+	if errors.Is(err, syscall.ENOENT) && n.adopt(g) {
+		v, err = n.findNamed()
+	}
 	if errors.Is(err, syscall.ENOENT) {
 		// Its names lead to other files: changed outside the mount.
 		return v, syscall.ESTALE
@@ -133,8 +138,8 @@ func keptWhere(nm string) string {
 // commitWhole publishes the staging file: by rename when the file has one
 // name, in place (with an undo copy) when it has several, so hard links
 // stay one file.
-func (h *handle) commitWhole(g *lockmgr.Grant) error {
-	v, err := h.n.locate()
+func (h *handle) commitWhole(g grant) error {
+	v, err := h.n.locate(g)
 	if errors.Is(err, errUnlinked) {
 		h.dirty = false
 		return nil
@@ -150,7 +155,7 @@ func (h *handle) commitWhole(g *lockmgr.Grant) error {
 	return h.commitReplace(g, v)
 }
 
-func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
+func (h *handle) commitReplace(g grant, v named) error {
 	r := h.n.r
 	if err := h.carryMeta(v); err != nil {
 		return err
@@ -164,7 +169,7 @@ func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 		return err
 	}
 	r.crash("replace-staged")
-	e, err := r.jr.Begin(journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.stageNm})
+	e, err := r.jr.Begin(journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.stageNm, Rev: g.Token()})
 	if err != nil {
 		return err
 	}
@@ -183,6 +188,9 @@ func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 		defer unix.Close(syncDir)
 	}
 	r.crash("replace-before-rename")
+	if err := g.fence(version(st.Ino, v.st.Ino)); err != nil {
+		return err
+	}
 	r.ids.alias(h.n.f, keyOf(&st))
 	if err := renameAt(r.stagingfd, h.stageNm, v.dir, v.nm, 0); err != nil {
 		r.ids.unalias(h.n.f, keyOf(&st))
@@ -203,7 +211,7 @@ func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 	return e.Commit()
 }
 
-func (h *handle) commitInPlace(g *lockmgr.Grant, v named) error {
+func (h *handle) commitInPlace(g grant, v named) error {
 	r := h.n.r
 	target, err := v.reopen(unix.O_RDWR)
 	if err != nil {
@@ -247,12 +255,17 @@ func (h *handle) commitInPlace(g *lockmgr.Grant, v named) error {
 	}
 	r.crash("inplace-undo-saved")
 	e, err := r.jr.Begin(journal.Record{Kind: journal.InPlace, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
-		Undo: undoNm, UndoSize: st.Size, UndoCRC: crc})
+		Undo: undoNm, UndoSize: st.Size, UndoCRC: crc, Rev: g.Token()})
 	if err != nil {
 		settled = true
 		return err
 	}
 	r.crash("inplace-begun")
+	if err := g.fence(""); err != nil {
+		settled = true
+		_ = e.Abort()
+		return err
+	}
 	if err := h.writeInPlace(target, &st); err != nil {
 		if rerr := copyData(target, undo); rerr != nil {
 			// Keep the record and the undo copy: the next recovery restores.
@@ -303,9 +316,9 @@ func (h *handle) dropSetID(target *os.File, st *unix.Stat_t) error {
 	return nil
 }
 
-func (h *handle) commitAppend(g *lockmgr.Grant) error {
+func (h *handle) commitAppend(g grant) error {
 	r := h.n.r
-	v, err := h.n.locate()
+	v, err := h.n.locate(g)
 	if errors.Is(err, errUnlinked) {
 		h.dirty = false
 		return nil
@@ -339,8 +352,15 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 		return err
 	}
 	e, err := r.jr.Begin(journal.Record{Kind: journal.Append, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
-		OldSize: st.Size, Len: ps.Size, CRC: crc})
+		OldSize: st.Size, Len: ps.Size, CRC: crc, Rev: g.Token()})
 	if err != nil {
+		return err
+	}
+	r.crash("append-recorded")
+	if err := g.fence(""); err != nil {
+		// Not ours any more: another daemon may be appending now, so
+		// the file is left alone (no cut back).
+		_ = e.Abort()
 		return err
 	}
 	if err := h.dropSetID(target, &st); err != nil {
@@ -398,6 +418,9 @@ func lockContext(r *root) (context.Context, context.CancelFunc) {
 
 // lockErrno maps a failed lock wait to the documented errno.
 func lockErrno(err error) error {
+	if e, ok := clusterErrno(err); ok {
+		return e
+	}
 	switch {
 	case errors.Is(err, lockmgr.ErrTooManyWaiters):
 		return syscall.EAGAIN

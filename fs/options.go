@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/safefs/safefs/cluster"
 )
 
 // InternalDir is the name, at the top of BACKING, of the directory where
@@ -40,6 +42,9 @@ type Options struct {
 	RMWGlobs []string
 	RMWHold  time.Duration
 	RMWWait  time.Duration
+	// Cluster: commit locks through etcd, shared with the other daemons
+	// of the cluster (nil: not clustered). Set up by cmd/safefs.
+	Cluster *cluster.Conn
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.

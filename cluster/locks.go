@@ -1,0 +1,199 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"slices"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/safefs/safefs/lockmgr"
+)
+
+// Locks is the cluster's commit lock backend: m first (commits of one
+// file within this daemon wait there, FIFO, bounded by max_waiters,
+// and one session may hold an etcd mutex only once), then one etcd
+// mutex per key Name (the path below BACKING, the same on every host),
+// in name order so that two multi-key lockers cannot deadlock.
+func (c *Conn) Locks(m *lockmgr.Manager) lockmgr.Backend { return &locks{c: c, m: m} }
+
+type locks struct {
+	c *Conn
+	m *lockmgr.Manager
+}
+
+func (b *locks) Snapshot() []lockmgr.KeyInfo { return b.m.Snapshot() }
+
+func (b *locks) Lock(ctx context.Context, tag any, keys ...lockmgr.Key) (lockmgr.Held, error) {
+	g, err := b.m.LockTagged(ctx, tag, lockmgr.IDs(keys)...)
+	if err != nil {
+		return nil, err
+	}
+	h := &held{c: b.c, g: g, vers: map[string]string{}}
+	if err := h.lock(ctx, names(keys)); err != nil {
+		h.Release()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return nil, lockmgr.ErrTimeout
+		}
+		return nil, err
+	}
+	return h, nil
+}
+
+func names(keys []lockmgr.Key) []string {
+	var out []string
+	for _, k := range keys {
+		if k.Name != "" {
+			out = append(out, k.Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// keyPart escapes a path so that one file's keys are never a prefix
+// range of another's (a mutex waits on every key below its prefix).
+func keyPart(name string) string { return url.QueryEscape(name) }
+
+func (c *Conn) lockKey(name string) string { return c.Prefix() + "lock/" + keyPart(name) }
+func (c *Conn) verKey(name string) string  { return c.Prefix() + "ver/" + keyPart(name) }
+
+// held is one grant: the local one and the etcd mutexes of its names.
+type held struct {
+	c     *Conn
+	g     *lockmgr.Grant
+	s     *concurrency.Session
+	mus   []*concurrency.Mutex
+	token int64
+	vers  map[string]string // ver keys read under the lock
+}
+
+// lock takes the etcd mutexes. A session is had (and etcd probed)
+// within callTimeout first, so a commit with etcd down fails fast.
+func (h *held) lock(ctx context.Context, nms []string) error {
+	pctx, cancel := context.WithTimeout(ctx, callTimeout)
+	s, err := h.c.session(pctx)
+	if err == nil {
+		_, err = h.c.alive(s)
+	}
+	cancel()
+	if err != nil {
+		return err
+	}
+	h.s = s
+	for _, nm := range nms {
+		mu := concurrency.NewMutex(s, h.c.lockKey(nm))
+		if err := mu.Lock(ctx); err != nil {
+			return unavailable(err)
+		}
+		h.mus = append(h.mus, mu)
+	}
+	return h.readState(ctx, nms)
+}
+
+// readState reads, in one request, the lock keys' revisions (the
+// fencing token is the largest) and the names' published versions.
+func (h *held) readState(ctx context.Context, nms []string) error {
+	var ops []clientv3.Op
+	for _, mu := range h.mus {
+		ops = append(ops, clientv3.OpGet(mu.Key()))
+	}
+	for _, nm := range nms {
+		ops = append(ops, clientv3.OpGet(h.c.verKey(nm)))
+	}
+	resp, err := h.c.client.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return unavailable(err)
+	}
+	for i, r := range resp.Responses {
+		kvs := r.GetResponseRange().Kvs
+		if i < len(h.mus) {
+			if len(kvs) == 0 {
+				return ErrFenced
+			}
+			h.token = max(h.token, kvs[0].CreateRevision)
+		} else if len(kvs) > 0 {
+			h.vers[nms[i-len(h.mus)]] = string(kvs[0].Value)
+		}
+	}
+	return nil
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if errors.Is(err, concurrency.ErrSessionExpired) || isLeaseGone(err) {
+		return ErrFenced
+	}
+	return errors.Join(ErrUnavailable, err)
+}
+
+func (h *held) Check() error {
+	if err := h.g.Check(); err != nil {
+		return err
+	}
+	select {
+	case <-h.s.Done():
+		return ErrFenced
+	default:
+		return nil
+	}
+}
+
+func (h *held) Token() int64 { return h.token }
+
+// Version is what the last commit of name published (see Fence), as
+// read when the lock was taken; "" if none was recorded.
+func (h *held) Version(name string) string { return h.vers[name] }
+
+// Fence renews the lease and checks it will outlive the publishing
+// step by a margin (half the TTL); then, in one transaction that holds
+// only while every mutex is still ours, records version for name ("":
+// nothing). Either failing: ErrFenced (or ErrUnavailable).
+func (h *held) Fence(name, version string) error {
+	if err := h.Check(); err != nil {
+		return err
+	}
+	left, err := h.c.alive(h.s)
+	if err != nil {
+		return err
+	}
+	if left < h.c.cfg.LeaseTTL/2 {
+		return ErrFenced
+	}
+	var cmps []clientv3.Cmp
+	for _, mu := range h.mus {
+		cmps = append(cmps, mu.IsOwner())
+	}
+	var ops []clientv3.Op
+	if name != "" && version != "" {
+		ops = append(ops, clientv3.OpPut(h.c.verKey(name), version))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	resp, err := h.c.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return unavailable(err)
+	}
+	if !resp.Succeeded {
+		return ErrFenced
+	}
+	return nil
+}
+
+// Release deletes the mutex keys (if etcd cannot be reached, they go
+// with the lease, within its TTL) and then the local grant.
+func (h *held) Release() {
+	if len(h.mus) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		for _, mu := range h.mus {
+			_ = mu.Unlock(ctx)
+		}
+		cancel()
+		h.mus = nil
+	}
+	h.g.Release()
+}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"net/url"
 	"slices"
 
@@ -27,7 +28,7 @@ type locks struct {
 func (b *locks) Snapshot() []lockmgr.KeyInfo { return b.m.Snapshot() }
 
 func (b *locks) Lock(ctx context.Context, tag any, keys ...lockmgr.Key) (lockmgr.Held, error) {
-	g, err := b.m.LockTagged(ctx, tag, lockmgr.IDs(keys)...)
+	g, err := b.m.LockTagged(ctx, tag, localKeys(keys)...)
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +41,24 @@ func (b *locks) Lock(ctx context.Context, tag any, keys ...lockmgr.Key) (lockmgr
 		return nil, err
 	}
 	return h, nil
+}
+
+// localKeys are the keys' IDs and their names, hashed: two logical
+// files of this daemon can have one path (a name looked up again after
+// another daemon's commit), and one session must not take one etcd
+// mutex twice. Names have the top bit set, which no ID has (inode
+// numbers and safefs's synthetic ones are below 2^63); a collision only
+// serializes two files.
+func localKeys(keys []lockmgr.Key) []uint64 {
+	out := lockmgr.IDs(keys)
+	for _, k := range keys {
+		if k.Name != "" {
+			h := fnv.New64a()
+			h.Write([]byte(k.Name))
+			out = append(out, h.Sum64()|1<<63)
+		}
+	}
+	return out
 }
 
 func names(keys []lockmgr.Key) []string {

@@ -114,3 +114,6 @@ func (r *root) attrTimeout(f *file, ver uint64) time.Duration {
 	}
 	return f.attrTimeout(ver)
 }
+
+// Cluster is the mount's cluster connection (nil: not clustered).
+func (s *Server) Cluster() *cluster.Conn { return s.r.opts.Cluster }

@@ -34,18 +34,18 @@ var ErrCluster = errors.New("backing directory is served by safefs daemons of an
 // joinCluster takes .safefs/lock shared and checks the cluster's name,
 // then makes the node's own directory the internal directory and takes
 // its lock (one daemon per node name).
-func (r *root) joinCluster() (unlock func(), err error) {
+func (r *root) joinCluster() (func(), error) {
 	name := r.opts.Cluster.Config().Name
 	lf, err := r.joinLock(name)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err = r.enterNode()
+	unlockNode, err := r.enterNode()
 	if err != nil {
 		lf.Close()
 		return nil, err
 	}
-	return sync.OnceFunc(func() { unlock(); lf.Close() }), nil
+	return sync.OnceFunc(func() { unlockNode(); lf.Close() }), nil
 }
 
 // joinLock: the first daemon of a cluster (it gets the lock exclusive:

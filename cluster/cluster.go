@@ -51,6 +51,10 @@ type Conn struct {
 
 	mu   sync.Mutex
 	sess *concurrency.Session
+	// sure is until when (unix ns) the lease of sureOf is known to live,
+	// from the last renewal this daemon saw answered.
+	sure   int64
+	sureOf clientv3.LeaseID
 }
 
 // Connect dials etcd and starts a lease kept alive in the background.
@@ -143,7 +147,42 @@ func (c *Conn) alive(s *concurrency.Session) (time.Duration, error) {
 	if resp.TTL <= 0 {
 		return 0, ErrFenced
 	}
-	return time.Until(sent.Add(time.Duration(resp.TTL) * time.Second)), nil
+	until := sent.Add(time.Duration(resp.TTL) * time.Second)
+	c.mu.Lock()
+	if c.sureOf != s.Lease() || c.sure < until.UnixNano() {
+		c.sure, c.sureOf = until.UnixNano(), s.Lease()
+	}
+	c.mu.Unlock()
+	return time.Until(until), nil
+}
+
+// lostIfPast: etcd did not answer, so the lease's fate is unknown; past
+// the time it was last known to live (less the margin), the lock must
+// count as lost (ErrFenced), before it, etcd is just unreachable.
+func (c *Conn) lostIfPast(s *concurrency.Session, err error, margin time.Duration) error {
+	c.mu.Lock()
+	sure := c.sure
+	if c.sureOf != s.Lease() {
+		sure = 0
+	}
+	c.mu.Unlock()
+	if time.Now().Add(margin).UnixNano() >= sure {
+		return fmt.Errorf("%w (%v)", ErrFenced, err)
+	}
+	return err
+}
+
+// abandon stops renewing s's lease (its keys go when it expires) and
+// makes the next commit start a new session.
+func (c *Conn) abandon(s *concurrency.Session) {
+	c.mu.Lock()
+	if c.sess == s {
+		c.sess = nil
+	}
+	c.mu.Unlock()
+	c.log.Warn("cluster: a lock could not be released in etcd; its lease is given up and expires within the TTL",
+		zap.Int64("lease", int64(s.Lease())))
+	go s.Orphan()
 }
 
 // Close revokes the lease (so this daemon's locks go at once) and

@@ -25,7 +25,16 @@ type locks struct {
 	m *lockmgr.Manager
 }
 
-func (b *locks) Snapshot() []lockmgr.KeyInfo { return b.m.Snapshot() }
+// Snapshot lists the IDs' keys only: each name key is held with them.
+func (b *locks) Snapshot() []lockmgr.KeyInfo {
+	var out []lockmgr.KeyInfo
+	for _, k := range b.m.Snapshot() {
+		if k.Key&(1<<63) == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
 
 func (b *locks) Lock(ctx context.Context, tag any, keys ...lockmgr.Key) (lockmgr.Held, error) {
 	g, err := b.m.LockTagged(ctx, tag, localKeys(keys)...)
@@ -84,7 +93,7 @@ type held struct {
 	c     *Conn
 	g     *lockmgr.Grant
 	s     *concurrency.Session
-	mus   []*concurrency.Mutex
+	mus   []*mutex
 	token int64
 	vers  map[string]string // ver keys read under the lock
 }
@@ -103,38 +112,34 @@ func (h *held) lock(ctx context.Context, nms []string) error {
 	}
 	h.s = s
 	for _, nm := range nms {
-		mu := concurrency.NewMutex(s, h.c.lockKey(nm))
-		if err := mu.Lock(ctx); err != nil {
-			return unavailable(err)
+		mu := newMutex(h.c, s, nm)
+		if err := mu.lock(ctx); err != nil {
+			return err
 		}
 		h.mus = append(h.mus, mu)
+		h.token = max(h.token, mu.rev)
 	}
-	return h.readState(ctx, nms)
+	return h.readVersions(ctx, nms)
 }
 
-// readState reads, in one request, the lock keys' revisions (the
-// fencing token is the largest) and the names' published versions.
-func (h *held) readState(ctx context.Context, nms []string) error {
+// readVersions reads the names' published versions in one request.
+func (h *held) readVersions(ctx context.Context, nms []string) error {
 	var ops []clientv3.Op
-	for _, mu := range h.mus {
-		ops = append(ops, clientv3.OpGet(mu.Key()))
-	}
 	for _, nm := range nms {
 		ops = append(ops, clientv3.OpGet(h.c.verKey(nm)))
 	}
+	if len(ops) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	resp, err := h.c.client.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return unavailable(err)
 	}
 	for i, r := range resp.Responses {
-		kvs := r.GetResponseRange().Kvs
-		if i < len(h.mus) {
-			if len(kvs) == 0 {
-				return ErrFenced
-			}
-			h.token = max(h.token, kvs[0].CreateRevision)
-		} else if len(kvs) > 0 {
-			h.vers[nms[i-len(h.mus)]] = string(kvs[0].Value)
+		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+			h.vers[nms[i]] = string(kvs[0].Value)
 		}
 	}
 	return nil
@@ -144,7 +149,7 @@ func unavailable(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return err
 	}
-	if errors.Is(err, concurrency.ErrSessionExpired) || isLeaseGone(err) {
+	if isLeaseGone(err) {
 		return ErrFenced
 	}
 	return errors.Join(ErrUnavailable, err)
@@ -176,16 +181,20 @@ func (h *held) Fence(name, version string) error {
 	if err := h.Check(); err != nil {
 		return err
 	}
+	margin := h.c.cfg.LeaseTTL / 2
 	left, err := h.c.alive(h.s)
+	if errors.Is(err, ErrUnavailable) {
+		return h.c.lostIfPast(h.s, err, margin)
+	}
 	if err != nil {
 		return err
 	}
-	if left < h.c.cfg.LeaseTTL/2 {
+	if left < margin {
 		return ErrFenced
 	}
 	var cmps []clientv3.Cmp
 	for _, mu := range h.mus {
-		cmps = append(cmps, mu.IsOwner())
+		cmps = append(cmps, mu.isOwner())
 	}
 	var ops []clientv3.Op
 	if name != "" && version != "" {
@@ -203,16 +212,15 @@ func (h *held) Fence(name, version string) error {
 	return nil
 }
 
-// Release deletes the mutex keys (if etcd cannot be reached, they go
-// with the lease, within its TTL) and then the local grant.
+// Release deletes the mutex keys, then frees the local grant. A key
+// that cannot be deleted (etcd unreachable) must not outlive this
+// grant, as the session would keep it alive once etcd is back: the
+// session is given up, so its keys go with its lease within the TTL,
+// and the next commit starts a new one.
 func (h *held) Release() {
-	if len(h.mus) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		for _, mu := range h.mus {
-			_ = mu.Unlock(ctx)
-		}
-		cancel()
-		h.mus = nil
+	for _, mu := range h.mus {
+		mu.unlock()
 	}
+	h.mus = nil
 	h.g.Release()
 }

@@ -16,6 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 var (
@@ -72,7 +74,12 @@ func Connect(ctx context.Context, cfg Config, log *zap.Logger) (*Conn, error) {
 		log = zap.NewNop()
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 3 * time.Second,
-		Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.ErrorLevel))})
+		Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)),
+		// Reconnect within a second of etcd's return (gRPC's default
+		// backoff grows to two minutes): commits resume at once.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second})}})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -329,10 +330,27 @@ func TestClusterEtcdDown(t *testing.T) {
 	requireCloseErr(t, out, syscall.ENOLCK)
 	e.start(t)
 	for _, mnt := range []string{m1, m2} {
-		commitOK(t, "append", filepath.Join(mnt, "log"), []byte("back\n"))
+		appendWhenBack(t, filepath.Join(mnt, "log"), []byte("back\n"))
 		commitOK(t, "replace", filepath.Join(mnt, "doc"), []byte(mnt))
 	}
 	data, err = os.ReadFile(filepath.Join(backing, "log"))
 	require.NoError(t, err)
 	require.True(t, strings.HasSuffix(string(data), "\nback\nback\n"), "appends resume")
+}
+
+// appendWhenBack appends data to file once the daemon has reconnected
+// to etcd: until then each try fails with ENOLCK (and is kept in
+// rejected/, which the caller does not count any more).
+func appendWhenBack(t *testing.T, file string, data []byte) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit) // guards against a hang only
+	for {
+		out := commitLines(t, "append", file, data)
+		if out == "open ok\nwrite ok\nclose ok\n" {
+			return
+		}
+		requireCloseErr(t, out, syscall.ENOLCK)
+		require.True(t, time.Now().Before(deadline), "commits did not resume")
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -98,51 +99,54 @@ type held struct {
 	vers  map[string]string // ver keys read under the lock
 }
 
-// lock takes the etcd mutexes. A session is had (and etcd probed)
-// within callTimeout first, so a commit with etcd down fails fast.
+// lock takes the etcd mutexes. The names' published versions are read
+// with the last mutex if it was free, else once all are held.
 func (h *held) lock(ctx context.Context, nms []string) error {
 	pctx, cancel := context.WithTimeout(ctx, callTimeout)
 	s, err := h.c.session(pctx)
-	if err == nil {
-		_, err = h.c.alive(s)
-	}
 	cancel()
 	if err != nil {
 		return err
 	}
 	h.s = s
+	var reads []clientv3.Op
 	for _, nm := range nms {
+		reads = append(reads, clientv3.OpGet(h.c.verKey(nm)))
+	}
+	var got []*pb.ResponseOp
+	for i, nm := range nms {
 		mu := newMutex(h.c, s, nm)
-		if err := mu.lock(ctx); err != nil {
+		var rs []clientv3.Op
+		if i == len(nms)-1 {
+			rs = reads
+		}
+		if got, err = mu.lock(ctx, rs); err != nil {
 			return err
 		}
 		h.mus = append(h.mus, mu)
 		h.token = max(h.token, mu.rev)
 	}
-	return h.readVersions(ctx, nms)
-}
-
-// readVersions reads the names' published versions in one request.
-func (h *held) readVersions(ctx context.Context, nms []string) error {
-	var ops []clientv3.Op
-	for _, nm := range nms {
-		ops = append(ops, clientv3.OpGet(h.c.verKey(nm)))
+	if got == nil && len(reads) > 0 {
+		if got, err = h.read(ctx, reads); err != nil {
+			return err
+		}
 	}
-	if len(ops) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	resp, err := h.c.client.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return unavailable(err)
-	}
-	for i, r := range resp.Responses {
+	for i, r := range got {
 		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
 			h.vers[nms[i]] = string(kvs[0].Value)
 		}
 	}
 	return nil
+}
+
+func (h *held) read(ctx context.Context, ops []clientv3.Op) ([]*pb.ResponseOp, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := h.c.client.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return resp.Responses, nil
 }
 
 func unavailable(err error) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -30,58 +31,64 @@ func newMutex(c *Conn, s *concurrency.Session, name string) *mutex {
 	return &mutex{c: c, s: s, pfx: pfx, key: fmt.Sprintf("%s%x", pfx, s.Lease())}
 }
 
-// lock queues and waits for the lock. On failure the key is removed
-// (or, if etcd cannot be reached, the session is given up so the key
-// goes with the lease).
-func (m *mutex) lock(ctx context.Context) error {
+// lock queues and waits for the lock; reads, in the request that
+// queues, also run (their answers are returned if the lock was free,
+// so what they read was written under an earlier holding; nil if it
+// had to wait). On failure the key is removed (or, if etcd cannot be
+// reached, the session is given up so the key goes with the lease).
+func (m *mutex) lock(ctx context.Context, reads []clientv3.Op) ([]*pb.ResponseOp, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go m.c.watchHealth(ctx, m.s, cancel)
-	err := m.acquire(ctx)
+	got, err := m.acquire(ctx, reads)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 			err = cause
 		}
 		m.unlock()
 	}
-	return err
+	return got, err
 }
 
-func (m *mutex) acquire(ctx context.Context) error {
+func (m *mutex) acquire(ctx context.Context, reads []clientv3.Op) ([]*pb.ResponseOp, error) {
 	cli := m.c.client
+	owner := clientv3.OpGet(m.pfx, clientv3.WithFirstCreate()...)
 	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
-		Then(clientv3.OpPut(m.key, m.c.cfg.Node, clientv3.WithLease(m.s.Lease()))).
-		Else(clientv3.OpGet(m.key)).Commit()
+		Then(append([]clientv3.Op{clientv3.OpPut(m.key, m.c.cfg.Node, clientv3.WithLease(m.s.Lease())), owner}, reads...)...).
+		Else(append([]clientv3.Op{clientv3.OpGet(m.key), owner}, reads...)...).Commit()
 	if err != nil {
-		return unavailable(err)
+		return nil, unavailable(err)
 	}
 	m.rev = resp.Header.Revision
 	if !resp.Succeeded {
 		m.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision == m.rev {
+		return resp.Responses[2:], nil // free: ours at once
 	}
 	// Wait until every key created before ours is gone, one at a time.
 	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(m.rev-1))
 	for {
 		g, err := cli.Get(ctx, m.pfx, opts...)
 		if err != nil {
-			return unavailable(err)
+			return nil, unavailable(err)
 		}
 		if len(g.Kvs) == 0 {
 			break
 		}
 		if err := waitDelete(ctx, cli, string(g.Kvs[0].Key), g.Header.Revision); err != nil {
-			return unavailable(err)
+			return nil, unavailable(err)
 		}
 	}
 	// Our key must still be there: the lease may have expired meanwhile.
 	g, err := cli.Get(ctx, m.key)
 	if err != nil {
-		return unavailable(err)
+		return nil, unavailable(err)
 	}
 	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != m.rev {
-		return ErrFenced
+		return nil, ErrFenced
 	}
-	return nil
+	return nil, nil
 }
 
 func waitDelete(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {

@@ -116,4 +116,9 @@ func (r *root) attrTimeout(f *file, ver uint64) time.Duration {
 }
 
 // Cluster is the mount's cluster connection (nil: not clustered).
-func (s *Server) Cluster() *cluster.Conn { return s.r.opts.Cluster }
+func (s *Server) Cluster() *cluster.Conn {
+	if s == nil {
+		return nil
+	}
+	return s.r.opts.Cluster
+}

@@ -356,17 +356,16 @@ func (h *handle) commitAppend(g grant) error {
 	if err != nil {
 		return err
 	}
-	r.crash("append-recorded")
+	if err := h.dropSetID(target, &st); err != nil {
+		return h.undoAppend(e, fd, st.Size, err)
+	}
+	r.crash("append-begun")
 	if err := g.fence(""); err != nil {
 		// Not ours any more: another daemon may be appending now, so
 		// the file is left alone (no cut back).
 		_ = e.Abort()
 		return err
 	}
-	if err := h.dropSetID(target, &st); err != nil {
-		return h.undoAppend(e, fd, st.Size, err)
-	}
-	r.crash("append-begun")
 	if r.crashAt == "append-half" {
 		_ = copyRange(target, st.Size, h.stage, 0, ps.Size/2)
 		r.crash("append-half")

@@ -69,7 +69,7 @@ func (r *root) crash(point string) {
 var CrashPoints = []string{
 	"replace-staged", "replace-before-rename", "replace-after-rename", "replace-dir-synced",
 	"inplace-undo-saved", "inplace-begun", "inplace-truncated", "inplace-written", "inplace-ended",
-	"append-recorded", "append-begun", "append-half", "append-written", "append-synced", "append-ended",
+	"append-begun", "append-half", "append-written", "append-synced", "append-ended",
 }
 
 // dropTemp closes and removes a staging or undo file.

@@ -66,6 +66,7 @@ func TestClusterAppendersExact(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(backing, "log"))
 	require.NoError(t, err)
 	got := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	require.Len(t, got, len(want), "lines in the log")
 	slices.Sort(got)
 	slices.Sort(want)
 	require.Equal(t, want, got)

@@ -133,7 +133,7 @@ func (r *root) recoverNodes() error {
 			continue
 		}
 		f := os.NewFile(uintptr(d), e.Name())
-		_, err = journal.Recover(f, targets{r.rootfd}, r.log.With(zap.String("node", e.Name())))
+		_, err = journal.Recover(f, sharedTargets{targets{r.rootfd}}, r.log.With(zap.String("node", e.Name())))
 		f.Close()
 		if err != nil {
 			return err
@@ -194,6 +194,15 @@ func (t *clusterTargets) OpenTarget(rel string) (*os.File, error) {
 	t.mu.Unlock()
 	return t.targets.OpenTarget(rel)
 }
+
+// Shared: other daemons commit to these files too (journal.SharedTargets).
+func (t *clusterTargets) Shared() bool { return true }
+
+// sharedTargets are the targets of the nodes' journals settled by the
+// first daemon of a cluster: shared too.
+type sharedTargets struct{ targets }
+
+func (sharedTargets) Shared() bool { return true }
 
 func (t *clusterTargets) release() {
 	for _, g := range t.held {

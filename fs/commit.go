@@ -370,7 +370,7 @@ func (h *handle) commitAppend(g grant) error {
 		_ = copyRange(target, st.Size, h.stage, 0, ps.Size/2)
 		r.crash("append-half")
 	}
-	err = h.copyAppend(target, st.Size, ps.Size)
+	err = h.copyAppend(target, st.Size, ps.Size, g)
 	if err == nil {
 		r.crash("append-written")
 		if r.opts.Durable {
@@ -397,10 +397,17 @@ var errCloserKilled = errors.New("writer killed by a signal during its commit")
 // copyAppend copies the n pending bytes to the end of target (at size),
 // giving up if the closing process is killed meanwhile: a killed writer
 // does not commit, and must not keep the lock while a long copy runs.
-func (h *handle) copyAppend(target *os.File, size, n int64) error {
+// A cluster lock is fenced again before each chunk, so that a long copy
+// does not outlive the lease's margin.
+func (h *handle) copyAppend(target *os.File, size, n int64, g grant) error {
 	for off := int64(0); off < n; off += appendChunk {
 		if off > 0 && h.closer != 0 && h.n.r.opts.KillCheck && killedBySignal(h.closer) {
 			return errCloserKilled
+		}
+		if off > 0 && h.n.r.clustered() {
+			if err := g.fence(""); err != nil {
+				return err
+			}
 		}
 		if err := copyRange(target, size+off, h.stage, off, min(appendChunk, n-off)); err != nil {
 			return err

@@ -30,12 +30,14 @@ func (h *handle) commitLocked() error {
 	defer r.commitsEnded.Add(1)
 	ctx, cancel := lockContext(r)
 	defer cancel()
-	g, err := r.locks.LockTagged(ctx, h.who(), h.n.f.ino)
+	key := h.n.lockKey()
+	held, err := r.locks.Lock(ctx, h.who(), key)
 	h.obsLocked()
 	if err != nil {
 		return h.reject(err)
 	}
-	defer g.Release()
+	defer held.Release()
+	g := grant{held, key.Name}
 	base := h.base
 	if h.append {
 		err = h.commitAppend(g)
@@ -73,11 +75,14 @@ var errUnlinked = errors.New("file has no name")
 // was changed directly in BACKING: committing there would put the
 // writer's bytes in another file, so that is ESTALE; so is a directory
 // moved out of BACKING. The caller closes v.fd.
-func (n *Node) locate() (v named, err error) {
+func (n *Node) locate(g grant) (v named, err error) {
 	if len(n.f.nameList()) == 0 {
 		return v, errUnlinked
 	}
 	v, err = n.findNamed()
+	if errors.Is(err, syscall.ENOENT) && n.adopt(g) {
+		v, err = n.findNamed()
+	}
 	if errors.Is(err, syscall.ENOENT) {
 		// Its names lead to other files: changed outside the mount.
 		return v, syscall.ESTALE
@@ -133,8 +138,8 @@ func keptWhere(nm string) string {
 // commitWhole publishes the staging file: by rename when the file has one
 // name, in place (with an undo copy) when it has several, so hard links
 // stay one file.
-func (h *handle) commitWhole(g *lockmgr.Grant) error {
-	v, err := h.n.locate()
+func (h *handle) commitWhole(g grant) error {
+	v, err := h.n.locate(g)
 	if errors.Is(err, errUnlinked) {
 		h.dirty = false
 		return nil
@@ -150,7 +155,7 @@ func (h *handle) commitWhole(g *lockmgr.Grant) error {
 	return h.commitReplace(g, v)
 }
 
-func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
+func (h *handle) commitReplace(g grant, v named) error {
 	r := h.n.r
 	if err := h.carryMeta(v); err != nil {
 		return err
@@ -167,7 +172,13 @@ func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 	// and a staging file left by a crash is an orphan that recovery
 	// removes, so a record would add two writes (and two fsyncs) and
 	// decide nothing. A record that CommitLazy ended must be durable
-	// before this commit changes the file it names (SyncEnds).
+	// before this commit changes the file it names (SyncEnds). In a
+	// cluster the record keeps the grant's fencing token (README).
+	e, err := h.replaceRecord(g)
+	if err != nil {
+		return err
+	}
+	defer e.Abort()
 	st, err := fstat(int(h.stage.Fd()))
 	if err != nil {
 		return err
@@ -185,6 +196,9 @@ func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 		defer unix.Close(syncDir)
 	}
 	r.crash("replace-before-rename")
+	if err := g.fence(version(st.Ino, v.st.Ino)); err != nil {
+		return err
+	}
 	r.ids.alias(h.n.f, keyOf(&st))
 	if err := renameAt(r.stagingfd, h.stageNm, v.dir, v.nm, 0); err != nil {
 		r.ids.unalias(h.n.f, keyOf(&st))
@@ -202,10 +216,19 @@ func (h *handle) commitReplace(g *lockmgr.Grant, v named) error {
 		}
 	}
 	r.crash("replace-dir-synced")
-	return nil
+	return e.Commit()
 }
 
-func (h *handle) commitInPlace(g *lockmgr.Grant, v named) error {
+// replaceRecord logs a replace only in a cluster, for its token: a nil
+// entry (not clustered) ends as a no-op.
+func (h *handle) replaceRecord(g grant) (*journal.Entry, error) {
+	if !h.n.r.clustered() {
+		return nil, nil
+	}
+	return h.n.r.jr.Begin(journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.stageNm, Rev: g.Token()})
+}
+
+func (h *handle) commitInPlace(g grant, v named) error {
 	r := h.n.r
 	target, err := v.reopen(unix.O_RDWR)
 	if err != nil {
@@ -249,12 +272,17 @@ func (h *handle) commitInPlace(g *lockmgr.Grant, v named) error {
 	}
 	r.crash("inplace-undo-saved")
 	e, err := r.jr.Begin(journal.Record{Kind: journal.InPlace, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
-		Undo: undoNm, UndoSize: st.Size, UndoCRC: crc})
+		Undo: undoNm, UndoSize: st.Size, UndoCRC: crc, Rev: g.Token()})
 	if err != nil {
 		settled = true
 		return err
 	}
 	r.crash("inplace-begun")
+	if err := g.fence(""); err != nil {
+		settled = true
+		_ = e.Abort()
+		return err
+	}
 	if err := h.writeInPlace(target, &st); err != nil {
 		if rerr := copyData(target, undo); rerr != nil {
 			// Keep the record and the undo copy: the next recovery restores.
@@ -305,9 +333,9 @@ func (h *handle) dropSetID(target *os.File, st *unix.Stat_t) error {
 	return nil
 }
 
-func (h *handle) commitAppend(g *lockmgr.Grant) error {
+func (h *handle) commitAppend(g grant) error {
 	r := h.n.r
-	v, err := h.n.locate()
+	v, err := h.n.locate(g)
 	if errors.Is(err, errUnlinked) {
 		h.dirty = false
 		return nil
@@ -341,7 +369,7 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 		return err
 	}
 	e, err := r.jr.Begin(journal.Record{Kind: journal.Append, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
-		OldSize: st.Size, Len: ps.Size, CRC: crc})
+		OldSize: st.Size, Len: ps.Size, CRC: crc, Rev: g.Token()})
 	if err != nil {
 		return err
 	}
@@ -349,11 +377,17 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 		return h.undoAppend(e, fd, st.Size, err)
 	}
 	r.crash("append-begun")
+	if err := g.fence(""); err != nil {
+		// Not ours any more: another daemon may be appending now, so
+		// the file is left alone (no cut back).
+		_ = e.Abort()
+		return err
+	}
 	if r.crashAt == "append-half" {
 		_ = copyRange(target, st.Size, h.stage, 0, ps.Size/2)
 		r.crash("append-half")
 	}
-	err = h.copyAppend(target, st.Size, ps.Size)
+	err = h.copyAppend(target, st.Size, ps.Size, g)
 	if err == nil {
 		r.crash("append-written")
 		if r.opts.Durable {
@@ -365,8 +399,13 @@ func (h *handle) commitAppend(g *lockmgr.Grant) error {
 	}
 	r.crash("append-synced")
 	// The appended bytes are durable: an open record would verify them
-	// by CRC and keep them, so its end line need not be (yet).
-	err = e.CommitLazy()
+	// by CRC and keep them, so its end line need not be (yet). Not in a
+	// cluster: other daemons' renames of the path do not wait for it.
+	if r.clustered() {
+		err = e.Commit()
+	} else {
+		err = e.CommitLazy()
+	}
 	r.crash("append-ended")
 	h.discard()
 	return err
@@ -382,10 +421,17 @@ var errCloserKilled = errors.New("writer killed by a signal during its commit")
 // copyAppend copies the n pending bytes to the end of target (at size),
 // giving up if the closing process is killed meanwhile: a killed writer
 // does not commit, and must not keep the lock while a long copy runs.
-func (h *handle) copyAppend(target *os.File, size, n int64) error {
+// A cluster lock is fenced again before each chunk, so that a long copy
+// does not outlive the lease's margin.
+func (h *handle) copyAppend(target *os.File, size, n int64, g grant) error {
 	for off := int64(0); off < n; off += appendChunk {
 		if off > 0 && h.closer != 0 && h.n.r.opts.KillCheck && killedBySignal(h.closer) {
 			return errCloserKilled
+		}
+		if off > 0 && h.n.r.clustered() {
+			if err := g.fence(""); err != nil {
+				return err
+			}
 		}
 		if err := copyRange(target, size+off, h.stage, off, min(appendChunk, n-off)); err != nil {
 			return err
@@ -402,6 +448,9 @@ func lockContext(r *root) (context.Context, context.CancelFunc) {
 
 // lockErrno maps a failed lock wait to the documented errno.
 func lockErrno(err error) error {
+	if e, ok := clusterErrno(err); ok {
+		return e
+	}
 	switch {
 	case errors.Is(err, lockmgr.ErrTooManyWaiters):
 		return syscall.EAGAIN

@@ -30,7 +30,7 @@ func (u untrusted) Unwrap() error { return errUntrusted }
 // files, which may be missing.
 var (
 	internalParts = []string{journal.StagingDir, journal.UndoDir, journal.RejectedDir}
-	internalFiles = []string{"journal", "lock", learnedName}
+	internalFiles = []string{"journal", "lock", learnedName, clusterName}
 )
 
 // openInternal opens the internal directory and its parts, creating them
@@ -52,11 +52,17 @@ func (r *root) openInternal() error {
 }
 
 func (r *root) openInternalOnce() error {
-	d, err := openOwnDir(r.rootfd, InternalDir, unix.O_RDONLY)
+	return r.openInternalIn(r.rootfd, InternalDir, r.internalPath)
+}
+
+// openInternalIn opens parent/nm as the internal directory (BACKING's
+// .safefs, or a cluster node's own directory in it) with its parts.
+func (r *root) openInternalIn(parent int, nm, path string) error {
+	d, err := openOwnDir(parent, nm, unix.O_RDONLY)
 	if err != nil {
 		return err
 	}
-	r.internal = os.NewFile(uintptr(d), r.internalPath)
+	r.internal = os.NewFile(uintptr(d), path)
 	for i, nm := range internalParts {
 		if *r.parts()[i], err = openOwnDir(d, nm, unix.O_PATH); err != nil {
 			return err

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/journal"
-	"github.com/safefs/safefs/lockmgr"
 )
 
 // ErrBusy means another safefs already serves this backing directory.
@@ -58,12 +57,17 @@ func open(backing string, o Options) (*state, error) {
 		return nil, fmt.Errorf("open backing %s: %w", abs, err)
 	}
 	r := &root{rootfd: rootfd, stagingfd: -1, undofd: -1, rejectedfd: -1, opts: o, log: log, ids: newIDs(),
-		crashAt: os.Getenv("SAFEFS_CRASH_AT"), internalPath: filepath.Join(abs, InternalDir)}
+		crashAt: os.Getenv("SAFEFS_CRASH_AT"), stopAt: os.Getenv("SAFEFS_STOP_AT"), internalPath: filepath.Join(abs, InternalDir)}
 	if err := r.openInternal(); err != nil {
 		r.closeFds()
 		return nil, fmt.Errorf("internal directory: %w", err)
 	}
-	unlock, err := journal.Lock(r.internal)
+	var unlock func()
+	if r.clustered() {
+		unlock, err = r.joinCluster()
+	} else {
+		unlock, err = journal.Lock(r.internal)
+	}
 	if err != nil {
 		r.closeFds()
 		if errors.Is(err, journal.ErrLocked) {
@@ -91,7 +95,19 @@ func Recover(backing string, o Options) (journal.Summary, error) {
 		return journal.Summary{}, err
 	}
 	defer s.close()
-	return journal.Recover(s.r.internal, targets{s.r.rootfd}, s.r.log)
+	return s.r.recover()
+}
+
+// recover settles this daemon's journal; a cluster node does it under
+// the cluster locks of the files its records name.
+func (r *root) recover() (journal.Summary, error) {
+	if !r.clustered() {
+		return journal.Recover(r.internal, targets{r.rootfd}, r.log)
+	}
+	r.locks = r.newLocks()
+	t := &clusterTargets{targets: targets{r.rootfd}, r: r}
+	defer t.release()
+	return journal.Recover(r.internal, t, r.log)
 }
 
 // Mount takes the backing directory's lock, recovers any cut-off commit,
@@ -112,7 +128,7 @@ func Mount(backing, mountpoint string, o Options) (*Server, error) {
 
 func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	r := s.r
-	sum, err := journal.Recover(r.internal, targets{r.rootfd}, r.log)
+	sum, err := r.recover()
 	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
@@ -122,7 +138,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	if r.jr, err = journal.Open(r.internal, r.opts.Durable, r.log); err != nil {
 		return nil, err
 	}
-	r.locks = lockmgr.New(lockmgr.Options{Timeout: r.opts.LockTimeout, MaxWaiters: r.opts.MaxWaiters})
+	r.locks = r.newLocks()
 	if err := r.rmwStart(); err != nil {
 		r.jr.Close()
 		return nil, err

@@ -299,7 +299,7 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 	f := in.Operations().(*Node).f
 	out.Size = max(out.Size, uint64(f.mappedSize()))
 	if n.r.stable(epoch, idle) {
-		out.SetAttrTimeout(f.attrTimeout(f.ver()))
+		out.SetAttrTimeout(n.r.attrTimeout(f, f.ver()))
 	}
 	return in, 0
 }
@@ -342,7 +342,7 @@ func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	}
 	fillAttr(&out.Attr, &st, n.f.ino)
 	out.Size = max(out.Size, uint64(n.f.mappedSize()))
-	out.SetTimeout(n.f.attrTimeout(ver))
+	out.SetTimeout(n.r.attrTimeout(n.f, ver))
 	return 0
 }
 

@@ -9,6 +9,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/lockmgr"
 )
 
 // newEntry runs make in n's directory fd, gives the new entry to the
@@ -105,15 +107,15 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 // name never changes under a commit in progress, before a rename or a
 // removal.
 func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
-	var keys []uint64
+	var keys []lockmgr.Key
 	for _, k := range kids {
 		if k != nil {
-			keys = append(keys, k.f.ino)
+			keys = append(keys, k.lockKey())
 		}
 	}
 	ctx, cancel := lockContext(n.r)
 	defer cancel()
-	g, err := n.r.locks.Lock(ctx, keys...)
+	g, err := n.r.locks.Lock(ctx, nil, keys...)
 	if err != nil {
 		return nil, lockErrno(err)
 	}

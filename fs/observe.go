@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/safefs/safefs/cluster"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -40,6 +41,8 @@ const (
 	ReasonENOSPC      = "enospc"
 	ReasonKilled      = "killed" // the writer was killed by a signal: not committed
 	ReasonOther       = "other"
+	ReasonFenced      = "fenced"  // cluster: the lease was lost before publishing
+	ReasonCluster     = "cluster" // cluster: etcd could not be reached
 )
 
 // CommitEvent describes one commit.
@@ -169,6 +172,10 @@ func rejectReason(err error) string {
 	switch {
 	case errors.Is(err, lockmgr.ErrTooManyWaiters):
 		return ReasonQueueFull
+	case errors.Is(err, cluster.ErrFenced):
+		return ReasonFenced
+	case errors.Is(err, cluster.ErrUnavailable):
+		return ReasonCluster
 	case errors.Is(err, lockmgr.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return ReasonLockTimeout
 	case errors.Is(err, syscall.ESTALE):

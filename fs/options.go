@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/safefs/safefs/cluster"
 )
 
 // InternalDir is the name, at the top of BACKING, of the directory where
@@ -43,6 +45,9 @@ type Options struct {
 	// StagingPool is how many empty staging files are made ahead of the
 	// opens that need them (O_TMPFILE); 0: each open creates its own.
 	StagingPool int
+	// Cluster: commit locks through etcd, shared with the other daemons
+	// of the cluster (nil: not clustered). Set up by cmd/safefs.
+	Cluster *cluster.Conn
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.

@@ -28,11 +28,12 @@ type root struct {
 
 	top     *file
 	ids     *ids
-	locks   *lockmgr.Manager
+	locks   lockmgr.Backend
 	jr      *journal.Journal
 	opts    Options
 	log     *zap.Logger
 	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
+	stopAt  string // test-only SIGSTOP point, from SAFEFS_STOP_AT
 	count   counters
 	// selfTestSeen: the kill-check self-test's probe was seen killed.
 	selfTestSeen atomic.Bool
@@ -51,6 +52,11 @@ type root struct {
 // crash kills the daemon at a named step of a commit, for crash tests
 // (SAFEFS_CRASH_AT=<point> in the daemon's environment).
 func (r *root) crash(point string) {
+	if r.stopAt == point {
+		r.log.Warn("stop point reached: SIGSTOP", zap.String("point", point))
+		_ = r.log.Sync()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
 	if r.crashAt == point {
 		r.log.Warn("crash point reached: SIGKILL", zap.String("point", point))
 		_ = r.log.Sync()

@@ -169,17 +169,25 @@ func (e *Entry) Record() Record { return e.rec }
 
 // Commit logs that the commit is complete. Once it returns nil (and the
 // journal is durable), recovery will not undo the commit.
-func (e *Entry) Commit() error { return e.j.finish(e, false, true) }
+func (e *Entry) Commit() error { return e.finish(false, true) }
 
 // CommitLazy logs that the commit is complete without waiting for the
 // line to be durable: for a record that recovery settles the same way
 // ended or not (an append whose bytes are durable verifies by its CRC).
 // The next fsync of the journal, or SyncEnds, makes it durable.
-func (e *Entry) CommitLazy() error { return e.j.finish(e, false, false) }
+func (e *Entry) CommitLazy() error { return e.finish(false, false) }
 
 // Abort logs that the commit was given up. It is a no-op after Commit or
 // Abort, so callers can always defer it.
-func (e *Entry) Abort() error { return e.j.finish(e, true, true) }
+func (e *Entry) Abort() error { return e.finish(true, true) }
+
+// finish ends e; a nil Entry (a commit that logged no record) is a no-op.
+func (e *Entry) finish(aborted, durable bool) error {
+	if e == nil {
+		return nil
+	}
+	return e.j.finish(e, aborted, durable)
+}
 
 // SyncEnds makes the end lines of CommitLazy durable, if some are not: a
 // commit that writes no record of its own calls it before it changes a

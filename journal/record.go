@@ -57,6 +57,9 @@ type Record struct {
 	Undo      string `json:"undo,omitempty"`
 	UndoSize  int64  `json:"undo_size,omitempty"`
 	UndoCRC   uint32 `json:"undo_crc,omitempty"`
+	// Rev is the commit lock's fencing token (cluster: the etcd lock
+	// key's revision), for the operator: which grant made the commit.
+	Rev int64 `json:"rev,omitempty"`
 }
 
 // Validate refuses records that recovery could not act on safely. It is

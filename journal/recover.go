@@ -19,6 +19,19 @@ type Targets interface {
 	OpenTarget(rel string) (*os.File, error)
 }
 
+// SharedTargets is implemented by Targets that other writers (daemons of
+// a cluster) commit to as well: an append record's file that grew past
+// the record is then left as it is rather than cut back.
+type SharedTargets interface {
+	Targets
+	Shared() bool
+}
+
+func sharedTargets(t Targets) bool {
+	s, ok := t.(SharedTargets)
+	return ok && s.Shared()
+}
+
 // recovery holds INTERNAL open by file descriptor, so that no step can be
 // redirected by a symlink swapped in under INTERNAL.
 type recovery struct {

@@ -70,6 +70,12 @@ func (r *recovery) settleAppend(rec Record) {
 			return
 		}
 	}
+	if size > rec.OldSize+rec.Len && sharedTargets(r.t) {
+		// Other daemons appended after this one was cut off: cutting
+		// back would remove their bytes too.
+		r.refuse(rec, "append: the file grew past it (other daemons appended since); not cut back", nil)
+		return
+	}
 	if size <= rec.OldSize {
 		r.sum.RolledBack++
 		r.log.Info("recovery: append had written nothing", recFields(rec)...)

@@ -23,6 +23,8 @@ const (
 	exitNotSafefs = 11
 	// `safefs status`: the socket refused us (not root).
 	exitStatusDenied = 12
+	// cluster=etcd: etcd cannot be reached at mount; nothing is mounted.
+	exitCluster = 13
 )
 
 // exitCodeHelp is the table printed by `safefs --help`.
@@ -43,6 +45,7 @@ var exitCodeHelp = []struct {
 	{exitAudit, "audit file cannot be opened"},
 	{exitNotSafefs, "status: not a safefs mount or BACKING (no daemon answers)"},
 	{exitStatusDenied, "status: permission denied (root only)"},
+	{exitCluster, "cluster=etcd: etcd cannot be reached; nothing is mounted"},
 }
 
 // exitError is an error that run reports with a specific exit code.

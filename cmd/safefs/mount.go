@@ -61,6 +61,12 @@ func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 	}
 	defer obs.close()
 	opts.Observer = obs.observer()
+	if opts.Cluster, err = a.cfg.cluster.connect(log); err != nil {
+		return err
+	}
+	if opts.Cluster != nil {
+		defer opts.Cluster.Close() // after the unmount: its locks go with the lease
+	}
 	return serve(backing, mnt, opts, log, onReady, obs)
 }
 
@@ -97,7 +103,7 @@ func serve(backing, mnt string, opts fs.Options, log *zap.Logger, onReady func()
 }
 
 func mountError(err error) error {
-	if errors.Is(err, fs.ErrBusy) {
+	if errors.Is(err, fs.ErrBusy) || errors.Is(err, fs.ErrCluster) {
 		return failf(exitBusy, "%v", err)
 	}
 	return failf(exitMount, "mount failed: %v", err)

@@ -21,10 +21,11 @@ type mountConfig struct {
 	metricsAddr string // "": no metrics endpoint
 	auditFile   string // "": no audit trail
 	pprof       string // HOST:PORT serving net/http/pprof; "" for off
+	cluster     clusterConfig
 }
 
 func defaultMountConfig() mountConfig {
-	return mountConfig{fs: fs.DefaultOptions(), logFormat: "console", logLevel: "info"}
+	return mountConfig{fs: fs.DefaultOptions(), logFormat: "console", logLevel: "info", cluster: defaultClusterConfig()}
 }
 
 // mountOption is one -o option. The table drives parsing and --help, so
@@ -88,6 +89,21 @@ var mountOptions = []mountOption{
 	{name: "rmw_wait", value: "DURATION", help: "longest wait for another process's session; then the open goes on without one",
 		show: func(c mountConfig) string { return c.fs.RMWWait.String() },
 		set:  func(c *mountConfig, v string) error { return setDuration(&c.fs.RMWWait, v) }},
+	{name: "cluster", value: "etcd", help: "serve BACKING together with other safefs daemons: commit locks through etcd",
+		show: func(c mountConfig) string { return offIfEmpty(c.cluster.mode) },
+		set:  setClusterMode},
+	{name: "etcd", value: "URL[+URL...]", help: "etcd endpoints for cluster=etcd ('+' separates several, as ',' separates options)",
+		show: func(c mountConfig) string { return orNone(strings.Join(c.cluster.endpoints, "+")) },
+		set:  setEtcd},
+	{name: "cluster_name", value: "NAME", help: "the cluster's name: its etcd keys are below /safefs/NAME/; every daemon of one BACKING uses the same",
+		show: func(c mountConfig) string { return c.cluster.name },
+		set:  setClusterName},
+	{name: "lease_ttl", value: "DURATION", help: "etcd lease of this daemon: its locks outlive it (killed, cut off) by at most this long",
+		show: func(c mountConfig) string { return c.cluster.leaseTTL.String() },
+		set:  setLeaseTTL},
+	{name: "node", value: "NAME", help: "this daemon's name in the cluster (its state is .safefs/nodes/NAME; none: the host name)",
+		show: func(c mountConfig) string { return orNone(c.cluster.node) },
+		set:  setNode},
 	{name: "debug", help: "trace FUSE requests",
 		show: func(c mountConfig) string { return onOff(c.fs.Debug) },
 		set:  func(c *mountConfig, _ string) error { c.fs.Debug = true; return nil }},
@@ -368,5 +384,5 @@ func parseMountArgs(args []string) (mountArgs, error) {
 		return a, failf(exitUsage, "mount needs BACKING and MOUNTPOINT, got %d arguments (see safefs mount --help)", len(pos))
 	}
 	a.backing, a.mountpoint = pos[0], pos[1]
-	return a, nil
+	return a, a.cfg.cluster.check()
 }

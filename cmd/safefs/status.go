@@ -38,6 +38,10 @@ type statusServer struct {
 // daemon that died is replaced: BACKING is ours now (the mount holds it).
 func startStatus(backing string, srv *fs.Server, log *zap.Logger) (*statusServer, error) {
 	p := statusSockPath(backing)
+	if c := srv.Cluster(); c != nil {
+		// Each node its own: they share .safefs.
+		p = filepath.Join(backing, fs.InternalDir, "nodes", c.Config().Node, statusSock)
+	}
 	_ = os.Remove(p)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
 	if err != nil {

@@ -1,0 +1,210 @@
+// Package cluster connects a safefs daemon to etcd: one client and one
+// lease (a concurrency.Session kept alive) per daemon, under the key
+// prefix /safefs/NAME/. Commit locks (locks.go) and script locks build
+// on Client, Session and Prefix.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+)
+
+var (
+	// ErrUnavailable: etcd could not be reached in time. Commits fail
+	// with ENOLCK rather than fall back to local locks.
+	ErrUnavailable = errors.New("cluster: etcd unreachable")
+	// ErrFenced: the daemon's lease expired (or has too little time
+	// left) before a commit published: it must not publish (ESTALE).
+	ErrFenced = errors.New("cluster: lease lost before publishing")
+)
+
+// DefaultLeaseTTL is lease_ttl's default.
+const DefaultLeaseTTL = 10 * time.Second
+
+// callTimeout bounds one etcd request made for a commit outside the
+// lock wait itself: an unreachable etcd fails a commit after this long.
+const callTimeout = time.Second
+
+// Config says which cluster a daemon joins and as whom.
+type Config struct {
+	Endpoints []string
+	Name      string // key prefix /safefs/NAME/
+	Node      string // this daemon's name in the cluster
+	LeaseTTL  time.Duration
+}
+
+// Conn is a daemon's connection: the client and its current session.
+type Conn struct {
+	cfg    Config
+	ttl    int // seconds
+	client *clientv3.Client
+	log    *zap.Logger
+
+	mu   sync.Mutex
+	sess *concurrency.Session
+	// sure is until when (unix ns) the lease of sureOf is known to live,
+	// from the last renewal this daemon saw answered.
+	sure   int64
+	sureOf clientv3.LeaseID
+}
+
+// Connect dials etcd and starts a lease kept alive in the background.
+// It fails (ErrUnavailable) if etcd does not answer within ctx or a few
+// seconds, so a mount with etcd down is refused rather than served
+// without cluster locks.
+func Connect(ctx context.Context, cfg Config, log *zap.Logger) (*Conn, error) {
+	if len(cfg.Endpoints) == 0 || cfg.Name == "" || cfg.Node == "" {
+		return nil, errors.New("cluster: endpoints, name and node are required")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 3 * time.Second,
+		Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)),
+		// Reconnect within a second of etcd's return (gRPC's default
+		// backoff grows to two minutes): commits resume at once.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second})}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	c := &Conn{cfg: cfg, ttl: int(math.Ceil(cfg.LeaseTTL.Seconds())), client: cli, log: log}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.session(ctx); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Client is the etcd client.
+func (c *Conn) Client() *clientv3.Client { return c.client }
+
+// Prefix is /safefs/NAME/: every key of this cluster is below it.
+func (c *Conn) Prefix() string { return "/safefs/" + c.cfg.Name + "/" }
+
+// Config is what the daemon connected with.
+func (c *Conn) Config() Config { return c.cfg }
+
+// Session is the current session; it may have expired (Done closed):
+// a new one is made at the next commit that finds it so.
+func (c *Conn) Session() *concurrency.Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sess
+}
+
+// session returns a live session, making a new lease if the last one
+// expired (the daemon was paused or cut off longer than the TTL).
+func (c *Conn) session(ctx context.Context) (*concurrency.Session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess != nil {
+		select {
+		case <-c.sess.Done():
+			c.log.Warn("cluster: lease expired, starting a new one", zap.Int64("lease", int64(c.sess.Lease())))
+			c.sess = nil
+		default:
+			return c.sess, nil
+		}
+	}
+	g, err := c.client.Grant(ctx, int64(c.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	s, err := concurrency.NewSession(c.client, concurrency.WithLease(g.ID), concurrency.WithTTL(c.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	c.sess = s
+	return s, nil
+}
+
+// alive renews s's lease once and returns how long it is sure to live:
+// the server renewed it after the request was sent, so it lives at
+// least TTL from then. ErrFenced if the lease is gone, ErrUnavailable
+// if etcd did not answer within callTimeout.
+func (c *Conn) alive(s *concurrency.Session) (time.Duration, error) {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	resp, err := c.client.KeepAliveOnce(ctx, s.Lease())
+	if err != nil {
+		if isLeaseGone(err) {
+			return 0, ErrFenced
+		}
+		return 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if resp.TTL <= 0 {
+		return 0, ErrFenced
+	}
+	until := sent.Add(time.Duration(resp.TTL) * time.Second)
+	c.mu.Lock()
+	if c.sureOf != s.Lease() || c.sure < until.UnixNano() {
+		c.sure, c.sureOf = until.UnixNano(), s.Lease()
+	}
+	c.mu.Unlock()
+	return time.Until(until), nil
+}
+
+// lostIfPast: etcd did not answer, so the lease's fate is unknown; past
+// the time it was last known to live (less the margin), the lock must
+// count as lost (ErrFenced), before it, etcd is just unreachable.
+func (c *Conn) lostIfPast(s *concurrency.Session, err error, margin time.Duration) error {
+	c.mu.Lock()
+	sure := c.sure
+	if c.sureOf != s.Lease() {
+		sure = 0
+	}
+	c.mu.Unlock()
+	if time.Now().Add(margin).UnixNano() >= sure {
+		return fmt.Errorf("%w (%v)", ErrFenced, err)
+	}
+	return err
+}
+
+// abandon stops renewing s's lease (its keys go when it expires) and
+// makes the next commit start a new session.
+func (c *Conn) abandon(s *concurrency.Session) {
+	c.mu.Lock()
+	if c.sess == s {
+		c.sess = nil
+	}
+	c.mu.Unlock()
+	c.log.Warn("cluster: a lock could not be released in etcd; its lease is given up and expires within the TTL",
+		zap.Int64("lease", int64(s.Lease())))
+	go s.Orphan()
+}
+
+// Close revokes the lease (so this daemon's locks go at once) and
+// closes the client.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	s := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	if s != nil {
+		_ = s.Close()
+	}
+	return c.client.Close()
+}
+
+func isLeaseGone(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound)
+}

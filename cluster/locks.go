@@ -1,0 +1,230 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"net/url"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/safefs/safefs/lockmgr"
+)
+
+// Locks is the cluster's commit lock backend: m first (commits of one
+// file within this daemon wait there, FIFO, bounded by max_waiters,
+// and one session may hold an etcd mutex only once), then one etcd
+// mutex per key Name (the path below BACKING, the same on every host),
+// in name order so that two multi-key lockers cannot deadlock.
+func (c *Conn) Locks(m *lockmgr.Manager) lockmgr.Backend { return &locks{c: c, m: m} }
+
+type locks struct {
+	c *Conn
+	m *lockmgr.Manager
+}
+
+// Snapshot lists the IDs' keys only: each name key is held with them.
+func (b *locks) Snapshot() []lockmgr.KeyInfo {
+	var out []lockmgr.KeyInfo
+	for _, k := range b.m.Snapshot() {
+		if k.Key&(1<<63) == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (b *locks) Lock(ctx context.Context, tag any, keys ...lockmgr.Key) (lockmgr.Held, error) {
+	g, err := b.m.LockTagged(ctx, tag, localKeys(keys)...)
+	if err != nil {
+		return nil, err
+	}
+	h := &held{c: b.c, g: g, vers: map[string]string{}}
+	if err := h.lock(ctx, names(keys)); err != nil {
+		h.Release()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return nil, lockmgr.ErrTimeout
+		}
+		return nil, err
+	}
+	return h, nil
+}
+
+// localKeys are the keys' IDs and their names, hashed: two logical
+// files of this daemon can have one path (a name looked up again after
+// another daemon's commit), and one session must not take one etcd
+// mutex twice. Names have the top bit set, which no ID has (inode
+// numbers and safefs's synthetic ones are below 2^63); a collision only
+// serializes two files.
+func localKeys(keys []lockmgr.Key) []uint64 {
+	out := lockmgr.IDs(keys)
+	for _, k := range keys {
+		if k.Name != "" {
+			h := fnv.New64a()
+			h.Write([]byte(k.Name))
+			out = append(out, h.Sum64()|1<<63)
+		}
+	}
+	return out
+}
+
+func names(keys []lockmgr.Key) []string {
+	var out []string
+	for _, k := range keys {
+		if k.Name != "" {
+			out = append(out, k.Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// keyPart escapes a path so that one file's keys are never a prefix
+// range of another's (a mutex waits on every key below its prefix).
+func keyPart(name string) string { return url.QueryEscape(name) }
+
+func (c *Conn) lockKey(name string) string { return c.Prefix() + "lock/" + keyPart(name) }
+func (c *Conn) verKey(name string) string  { return c.Prefix() + "ver/" + keyPart(name) }
+
+// held is one grant: the local one and the etcd mutexes of its names.
+type held struct {
+	c     *Conn
+	g     *lockmgr.Grant
+	s     *concurrency.Session
+	mus   []*mutex
+	token int64
+	vers  map[string]string // ver keys read under the lock
+}
+
+// lock takes the etcd mutexes. The names' published versions are read
+// with the last mutex if it was free, else once all are held.
+func (h *held) lock(ctx context.Context, nms []string) error {
+	pctx, cancel := context.WithTimeout(ctx, callTimeout)
+	s, err := h.c.session(pctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	h.s = s
+	var reads []clientv3.Op
+	for _, nm := range nms {
+		reads = append(reads, clientv3.OpGet(h.c.verKey(nm)))
+	}
+	var got []*pb.ResponseOp
+	for i, nm := range nms {
+		mu := newMutex(h.c, s, nm)
+		var rs []clientv3.Op
+		if i == len(nms)-1 {
+			rs = reads
+		}
+		if got, err = mu.lock(ctx, rs); err != nil {
+			return err
+		}
+		h.mus = append(h.mus, mu)
+		h.token = max(h.token, mu.rev)
+	}
+	if got == nil && len(reads) > 0 {
+		if got, err = h.read(ctx, reads); err != nil {
+			return err
+		}
+	}
+	for i, r := range got {
+		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+			h.vers[nms[i]] = string(kvs[0].Value)
+		}
+	}
+	return nil
+}
+
+func (h *held) read(ctx context.Context, ops []clientv3.Op) ([]*pb.ResponseOp, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := h.c.client.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return resp.Responses, nil
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if isLeaseGone(err) {
+		return ErrFenced
+	}
+	return errors.Join(ErrUnavailable, err)
+}
+
+func (h *held) Check() error {
+	if err := h.g.Check(); err != nil {
+		return err
+	}
+	select {
+	case <-h.s.Done():
+		return ErrFenced
+	default:
+		return nil
+	}
+}
+
+func (h *held) Token() int64 { return h.token }
+
+// Version is what the last commit of name published (see Fence), as
+// read when the lock was taken; "" if none was recorded.
+func (h *held) Version(name string) string { return h.vers[name] }
+
+// Fence renews the lease and checks it will outlive the publishing
+// step by a margin (half the TTL); then, in one transaction that holds
+// only while every mutex is still ours, records version for name ("":
+// nothing). Either failing: ErrFenced (or ErrUnavailable).
+func (h *held) Fence(name, version string) error {
+	if err := h.Check(); err != nil {
+		return err
+	}
+	margin := h.c.cfg.LeaseTTL / 2
+	left, err := h.c.alive(h.s)
+	if errors.Is(err, ErrUnavailable) {
+		return h.c.lostIfPast(h.s, err, margin)
+	}
+	if err != nil {
+		return err
+	}
+	if left < margin {
+		return ErrFenced
+	}
+	var cmps []clientv3.Cmp
+	for _, mu := range h.mus {
+		cmps = append(cmps, mu.isOwner())
+	}
+	var ops []clientv3.Op
+	if name != "" && version != "" {
+		ops = append(ops, clientv3.OpPut(h.c.verKey(name), version))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	resp, err := h.c.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return unavailable(err)
+	}
+	if !resp.Succeeded {
+		return ErrFenced
+	}
+	return nil
+}
+
+// Release deletes the mutex keys, then frees the local grant. A key
+// that cannot be deleted (etcd unreachable) must not outlive this
+// grant, as the session would keep it alive once etcd is back: the
+// session is given up, so its keys go with its lease within the TTL,
+// and the next commit starts a new one.
+func (h *held) Release() {
+	for _, mu := range h.mus {
+		mu.unlock()
+	}
+	h.mus = nil
+	h.g.Release()
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/safefs/safefs/cluster"
+)
+
+// clusterConfig is what the cluster options asked for.
+type clusterConfig struct {
+	mode      string // "" or "etcd"
+	endpoints []string
+	name      string
+	node      string // "": the host name
+	leaseTTL  time.Duration
+}
+
+func defaultClusterConfig() clusterConfig {
+	return clusterConfig{name: "default", leaseTTL: cluster.DefaultLeaseTTL}
+}
+
+func setClusterMode(c *mountConfig, v string) error {
+	if v != "etcd" {
+		return errors.New("want etcd")
+	}
+	c.cluster.mode = v
+	return nil
+}
+
+// setEtcd: endpoints separated by '+' (a ',' would end the option).
+func setEtcd(c *mountConfig, v string) error {
+	var eps []string
+	for _, e := range strings.Split(v, "+") {
+		if e == "" {
+			return errors.New("want URL[+URL...], such as http://10.0.0.1:2379+http://10.0.0.2:2379")
+		}
+		eps = append(eps, e)
+	}
+	c.cluster.endpoints = eps
+	return nil
+}
+
+func setClusterName(c *mountConfig, v string) error {
+	if v == "" || strings.ContainsAny(v, "/\x00") {
+		return errors.New("want a name without '/'")
+	}
+	c.cluster.name = v
+	return nil
+}
+
+func setNode(c *mountConfig, v string) error {
+	if v == "" || v == "." || v == ".." || len(v) > 255 || strings.ContainsAny(v, "/\x00") {
+		return errors.New("want a file name (no '/')")
+	}
+	c.cluster.node = v
+	return nil
+}
+
+func setLeaseTTL(c *mountConfig, v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 2*time.Second {
+		return errors.New("want a Go duration >= 2s (etcd's shortest lease)")
+	}
+	c.cluster.leaseTTL = d
+	return nil
+}
+
+// check refuses cluster options that cannot work together.
+func (c clusterConfig) check() error {
+	if c.mode == "" && len(c.endpoints) > 0 {
+		return failf(exitUsage, "option etcd needs cluster=etcd")
+	}
+	if c.mode != "" && len(c.endpoints) == 0 {
+		return failf(exitUsage, "option cluster=etcd needs etcd=URL[+URL...]")
+	}
+	return nil
+}
+
+// connect joins the cluster before anything is mounted: with etcd down
+// the mount is refused (exit 13) rather than served with local locks.
+func (c clusterConfig) connect(log *zap.Logger) (*cluster.Conn, error) {
+	if c.mode == "" {
+		return nil, nil
+	}
+	node := c.node
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, failf(exitUsage, "no node=NAME and no host name: %v", err)
+		}
+		node = h
+	}
+	cfg := cluster.Config{Endpoints: c.endpoints, Name: c.name, Node: node, LeaseTTL: c.leaseTTL}
+	conn, err := cluster.Connect(context.Background(), cfg, log)
+	if err != nil {
+		return nil, failf(exitCluster, "cluster: etcd at %s cannot be reached, nothing is mounted: %v",
+			strings.Join(c.endpoints, "+"), err)
+	}
+	log.Info("cluster: joined", zap.String("cluster", c.name), zap.String("node", node),
+		zap.Strings("etcd", c.endpoints), zap.Duration("lease_ttl", c.leaseTTL))
+	return conn, nil
+}

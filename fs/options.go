@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/safefs/safefs/scriptlock"
 )
 
 // InternalDir is the name, at the top of BACKING, of the directory where
@@ -40,6 +42,9 @@ type Options struct {
 	RMWGlobs []string
 	RMWHold  time.Duration
 	RMWWait  time.Duration
+	// ScriptLocks decides flock and fcntl locks taken through the mount
+	// (several hosts: etcd); nil: the kernel does, on this host only.
+	ScriptLocks scriptlock.Locker
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.

@@ -204,7 +204,7 @@ func (r *root) rmwLearn(n *Node, pid uint32) {
 		return
 	}
 	p := rmw.Pair{Path: n.path(), Cmd: program(pid)}
-	if p.Cmd == "" || x.learned.Has(p) || holdsLock(pid) {
+	if p.Cmd == "" || x.learned.Has(p) || holdsLock(pid) || r.book.heldBy(pid) {
 		return
 	}
 	if !x.learned.Add(p) {

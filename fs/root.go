@@ -45,6 +45,7 @@ type root struct {
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog logLimit
 	rmw       *rmwState // nil: read-modify-write sessions off
+	book      lockBook  // script locks held through this daemon (locks.go)
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests

@@ -61,6 +61,11 @@ func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 	}
 	defer obs.close()
 	opts.Observer = obs.observer()
+	stopLocks, err := startScriptLocks(a.cfg.locks, &opts, log)
+	if err != nil {
+		return err
+	}
+	defer stopLocks()
 	return serve(backing, mnt, opts, log, onReady, obs)
 }
 

@@ -20,10 +20,12 @@ type mountConfig struct {
 	metricsAddr string // "": no metrics endpoint
 	auditFile   string // "": no audit trail
 	pprof       string // HOST:PORT serving net/http/pprof; "" for off
+	locks       scriptLockConfig
 }
 
 func defaultMountConfig() mountConfig {
-	return mountConfig{fs: fs.DefaultOptions(), logFormat: "console", logLevel: "info"}
+	return mountConfig{fs: fs.DefaultOptions(), logFormat: "console", logLevel: "info",
+		locks: scriptLockConfig{name: "default", ttl: 10 * time.Second}}
 }
 
 // mountOption is one -o option. The table drives parsing and --help, so

@@ -215,7 +215,6 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 	o, ok := n.ownerOf(fh, owner, lk, flags)
 	if lk.Typ == unix.F_UNLCK {
 		if !ok || !n.r.book.holds(n.f, o) {
-			n.r.log.Debug("script unlock skipped", zap.Uint64("owner", o.id), zap.Bool("flock", o.flock))
 			return 0 // the unlock of every close, by an owner holding nothing
 		}
 		// An unlock is never given up half way for an interrupt.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,7 +18,7 @@ import (
 type Table struct {
 	cli     *clientv3.Client
 	prefix  string
-	lease   clientv3.LeaseID
+	lease   atomic.Int64 // clientv3.LeaseID
 	node    string
 	timeout time.Duration // one read or write; beyond: ErrUnavailable
 	recheck time.Duration // a wait reads the table again at least this often
@@ -26,9 +27,14 @@ type Table struct {
 // NewEtcd returns a table under prefix (such as /safefs/NAME/) whose
 // locks carry lease, for node.
 func NewEtcd(cli *clientv3.Client, prefix string, lease clientv3.LeaseID, node string) *Table {
-	return &Table{cli: cli, prefix: prefix, lease: lease, node: node,
-		timeout: 3 * time.Second, recheck: 2 * time.Second}
+	t := &Table{cli: cli, prefix: prefix, node: node, timeout: 3 * time.Second, recheck: 2 * time.Second}
+	t.lease.Store(int64(lease))
+	return t
 }
+
+// SetLease attaches the locks taken from now on to lease: the node's
+// previous lease ended (and etcd removed the locks it carried).
+func (t *Table) SetLease(lease clientv3.LeaseID) { t.lease.Store(int64(lease)) }
 
 var _ Locker = (*Table)(nil)
 
@@ -156,7 +162,7 @@ func (t *Table) write(r Request, next []Range, rev int64) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		op = clientv3.OpPut(t.ownKey(r), string(v), clientv3.WithLease(t.lease))
+		op = clientv3.OpPut(t.ownKey(r), string(v), clientv3.WithLease(clientv3.LeaseID(t.lease.Load())))
 	}
 	resp, err := t.cli.Txn(ctx).If(unchanged).Then(op).Commit()
 	if err != nil {

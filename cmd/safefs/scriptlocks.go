@@ -113,12 +113,7 @@ func startScriptLocks(c scriptLockConfig, opts *fs.Options, log *zap.Logger) (st
 	if err != nil {
 		return nil, failf(exitMount, "etcd: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(c.ttl/time.Second)), concurrency.WithContext(context.Background()))
-	if err == nil {
-		_, err = cli.Get(ctx, "/safefs/") // reachable now, not only dialled
-	}
+	sess, err := newSession(cli, c.ttl)
 	if err != nil {
 		cli.Close()
 		return nil, failf(exitMount, "etcd %s unreachable: %v", strings.Join(c.endpoints, "+"), err)
@@ -128,15 +123,61 @@ func startScriptLocks(c scriptLockConfig, opts *fs.Options, log *zap.Logger) (st
 		host, _ := os.Hostname()
 		node = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	opts.ScriptLocks = scriptlock.NewEtcd(cli, "/safefs/"+c.name+"/", sess.Lease(), node)
+	table := scriptlock.NewEtcd(cli, "/safefs/"+c.name+"/", sess.Lease(), node)
+	opts.ScriptLocks = table
 	log.Info("script locks in etcd", zap.Strings("etcd", c.endpoints), zap.String("cluster_name", c.name),
 		zap.String("node", node), zap.Duration("lease_ttl", c.ttl))
-	go func() {
-		<-sess.Done()
-		log.Error("etcd lease lost: script locks fail with ENOLCK until the daemon restarts")
-	}()
+	done := make(chan struct{})
+	cur := make(chan *concurrency.Session, 1)
+	cur <- sess
+	go renewLease(cli, c.ttl, table, sess, cur, done, log)
 	return func() {
-		sess.Close()
+		close(done)
+		(<-cur).Close() // revokes the lease: this daemon's locks end now
 		cli.Close()
 	}, nil
+}
+
+// renewLease gets the node a new lease when its session ends (etcd let
+// the lease expire: unreachable or paused past lease_ttl). The locks the
+// old lease carried are gone; lock requests fail with ENOLCK until then.
+func renewLease(cli *clientv3.Client, ttl time.Duration, table *scriptlock.Table, sess *concurrency.Session,
+	cur chan *concurrency.Session, done chan struct{}, log *zap.Logger) {
+	for {
+		select {
+		case <-done:
+			return
+		case <-sess.Done():
+		}
+		log.Error("etcd lease lost: locks held through this daemon are gone; lock requests fail with ENOLCK until a new lease")
+		<-cur
+		for {
+			next, err := newSession(cli, ttl)
+			if err == nil {
+				sess = next
+				break
+			}
+			select {
+			case <-done:
+				cur <- sess
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		table.SetLease(sess.Lease())
+		cur <- sess
+		log.Info("etcd lease renewed: script locks work again", zap.Int64("lease", int64(sess.Lease())))
+	}
+}
+
+// newSession grants a lease of ttl, within a bounded time, and keeps it
+// alive.
+func newSession(cli *clientv3.Client, ttl time.Duration) (*concurrency.Session, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := cli.Grant(ctx, int64(ttl/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	return concurrency.NewSession(cli, concurrency.WithLease(l.ID), concurrency.WithTTL(int(ttl/time.Second)))
 }

@@ -6,6 +6,7 @@ package main
 // BACKING, that is how two hosts are stood for.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safefs/safefs/scriptlock/etcdtest"
 )
@@ -251,7 +253,7 @@ func TestScriptLocksGetlk(t *testing.T) {
 }
 
 // etcd unreachable: lock requests fail with ENOLCK (no local decision),
-// reads and writes go on.
+// reads and writes go on; etcd back: locks work again.
 func TestScriptLocksEtcdDown(t *testing.T) {
 	lp := startLockPair(t)
 	lp.etcd.Kill()
@@ -263,4 +265,40 @@ func TestScriptLocksEtcdDown(t *testing.T) {
 	got, err := os.ReadFile(data)
 	require.NoError(t, err)
 	require.Equal(t, "still", string(got))
+	lp.etcd.Restart(t)
+	h := holderWhenUp(t, lp.mnt[0])
+	require.Equal(t, "EAGAIN", tryLock(t, "fcntl_nb", lp.mnt[1]))
+	kill(t, h)
+}
+
+// holderWhenUp locks lk through mnt (fcntl), trying again while the
+// answer is ENOLCK, prints "locked" and sleeps.
+func holderWhenUp(t *testing.T, mnt string) *proc {
+	t.Helper()
+	p := perl(t, `open(my $l, '+<', $ARGV[0]) or die "open: $!";
+		until (lockit($l, 'fcntl_nb')) { die "lock: $!" unless $!{ENOLCK}; select(undef, undef, undef, 0.2) }
+		print "locked\n"; sleep 600;`, filepath.Join(mnt, "lk"))
+	waitOut(t, p, "locked")
+	return p
+}
+
+// A daemon whose lease ends (revoked here; expired when etcd lost it for
+// lease_ttl) loses the locks it carried, then takes a new lease: its
+// locks exclude again.
+func TestScriptLocksLeaseLost(t *testing.T) {
+	lp := startLockPair(t)
+	h := holder(t, "fcntl", lp.mnt[0])
+	cli := lp.etcd.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	held, err := cli.Get(ctx, "/safefs/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, held.Kvs, 1, "the holder's lock")
+	_, err = cli.Revoke(ctx, clientv3.LeaseID(held.Kvs[0].Lease)) // daemon 0's
+	require.NoError(t, err)
+	require.Equal(t, "ok", tryLock(t, "fcntl_nb", lp.mnt[1]), "a lock outlived its lease")
+	kill(t, h)
+	h = holderWhenUp(t, lp.mnt[0])
+	require.Equal(t, "EAGAIN", tryLock(t, "fcntl_nb", lp.mnt[1]))
+	kill(t, h)
 }

@@ -18,6 +18,9 @@ import (
 // Server is a running etcd.
 type Server struct {
 	URL  string
+	bin  string
+	args []string
+	log  string
 	cmd  *exec.Cmd
 	done chan struct{} // closed when etcd has exited
 }
@@ -47,22 +50,40 @@ func Start(t testing.TB) *Server {
 func start(t testing.TB, bin string) (*Server, error) {
 	dir := t.TempDir()
 	client, peer := freePort(t), freePort(t)
-	s := &Server{URL: "http://" + client, done: make(chan struct{})}
-	s.cmd = exec.Command(bin, "--name", "t", "--data-dir", filepath.Join(dir, "data"),
+	s := &Server{URL: "http://" + client, bin: bin, log: filepath.Join(dir, "log")}
+	s.args = []string{"--name", "t", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", s.URL, "--advertise-client-urls", s.URL,
-		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
-		"--initial-cluster", "t=http://"+peer, "--logger", "zap", "--log-outputs", filepath.Join(dir, "log"))
+		"--listen-peer-urls", "http://" + peer, "--initial-advertise-peer-urls", "http://" + peer,
+		"--initial-cluster", "t=http://" + peer, "--logger", "zap", "--log-outputs", s.log}
+	t.Cleanup(func() {
+		if s.cmd != nil {
+			s.Kill()
+		}
+	})
+	return s, s.run()
+}
+
+func (s *Server) run() error {
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.done = make(chan struct{})
 	if err := s.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
 	go func() { _ = s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(s.Kill)
 	if err := s.ready(); err != nil {
 		s.Kill()
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		return nil, fmt.Errorf("etcd did not start: %v\n%s", err, log)
+		log, _ := os.ReadFile(s.log)
+		return fmt.Errorf("etcd did not start: %v\n%s", err, log)
 	}
-	return s, nil
+	return nil
+}
+
+// Restart starts etcd again after Kill, on the same ports and data.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if err := s.run(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Kill stops etcd (SIGKILL); again is a no-op.

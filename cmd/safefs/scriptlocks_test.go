@@ -302,3 +302,14 @@ func TestScriptLocksLeaseLost(t *testing.T) {
 	require.Equal(t, "EAGAIN", tryLock(t, "fcntl_nb", lp.mnt[1]))
 	kill(t, h)
 }
+
+// A file renamed while locked keeps its lock under the path it was
+// locked at until its holder releases it: the unlock at close finds it.
+func TestScriptLocksRename(t *testing.T) {
+	lp := startLockPair(t)
+	h := holder(t, "fcntl", lp.mnt[0])
+	require.NoError(t, os.Rename(filepath.Join(lp.mnt[0], "lk"), filepath.Join(lp.mnt[0], "renamed")))
+	require.Equal(t, "EAGAIN", tryLock(t, "fcntl_nb", lp.mnt[1]))
+	kill(t, h)
+	require.Equal(t, "ok", tryLock(t, "fcntl_nb", lp.mnt[1]), "the lock stayed after its holder's exit")
+}

@@ -313,3 +313,29 @@ func TestScriptLocksRename(t *testing.T) {
 	kill(t, h)
 	require.Equal(t, "ok", tryLock(t, "fcntl_nb", lp.mnt[1]), "the lock stayed after its holder's exit")
 }
+
+// Bad script-lock options are usage errors (exit 2); an etcd that does
+// not answer refuses the mount (exit 7), with nothing mounted.
+func TestScriptLocksRefused(t *testing.T) {
+	requireFuse(t)
+	requireRoot(t)
+	d := newRefusalDirs(t)
+	for _, c := range []struct {
+		opts string
+		code int
+		says string
+	}{
+		{"script_locks=etcd", exitUsage, "needs etcd=URL"},
+		{"script_locks=maybe", exitUsage, "kernel or etcd"},
+		{"etcd=127.0.0.1:2379", exitUsage, "want URLs"},
+		{"lease_ttl=1s", exitUsage, ">= 2s"},
+		{"cluster_name=a/b", exitUsage, "letters"},
+		{"script_locks=etcd,etcd=http://" + freeAddr(t), exitMount, "unreachable"},
+	} {
+		r := runSafefs(t, nil, "mount", "-o", "kill_check=off,"+c.opts, d.backing, d.mnt)
+		require.Equal(t, c.code, r.code, "%s: %s", c.opts, r.stderr)
+		require.Contains(t, r.stderr, c.says, c.opts)
+		_, mounted := mountType(t, d.mnt)
+		require.False(t, mounted, c.opts)
+	}
+}

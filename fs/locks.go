@@ -54,6 +54,7 @@ type lockBook struct {
 	// the handle, numbered here until its release.
 	flocks map[*handle]uint64
 	nextID uint64
+	via    ofdOwners // see locks_ofd.go
 }
 
 // flockID returns h's flock owner number; add: give it one if it has
@@ -212,6 +213,9 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 	if sl == nil {
 		return syscall.ENOTSUP
 	}
+	if flags&releasing != 0 && flags&fuse.LK_FLOCK == 0 {
+		return n.releaseOFD(fh)
+	}
 	o, ok := n.ownerOf(fh, owner, lk, flags)
 	if lk.Typ == unix.F_UNLCK {
 		if !ok || !n.r.book.holds(n.f, o) {
@@ -227,6 +231,7 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 		held = before // unknown: an unlock at close tries again
 	}
 	n.r.book.end(n.f, fl, o, lk.Pid, held)
+	n.noteFcntl(fh, o, held)
 	n.r.log.Debug("script lock", zap.String("key", fl.key), zap.Uint64("owner", o.id), zap.Bool("flock", o.flock),
 		zap.Uint32("type", lk.Typ), zap.Uint32("pid", lk.Pid), zap.Bool("wait", wait), zap.Bool("held", held), zap.Error(err))
 	if err != nil {
@@ -273,6 +278,9 @@ func (w rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (w rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if w.locks {
+		w.unlockOwner(cancel, &in.InHeader, in.Fh, 0, releasing) // OFD locks (locks_ofd.go)
+	}
 	if w.locks && in.ReleaseFlags&releaseFlockUnlock != 0 {
 		w.unlockOwner(cancel, &in.InHeader, in.Fh, in.LockOwner, fuse.LK_FLOCK|releasing)
 	}

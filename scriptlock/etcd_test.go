@@ -112,10 +112,10 @@ func TestEtcdWait(t *testing.T) {
 		t.Fatalf("wait after unlock: %v", err)
 	}
 	// Released by the death of a's lease.
-	got = wait(b, req("f", 2, 10, 10, Write))
 	if _, err := a.Set(ctx, req("f", 1, 5, 50, Write), false); err != nil {
-		t.Fatal(err) // a got in first, or b's owner 2 waits on owner 1 of b
+		t.Fatal(err)
 	}
+	got = wait(b, req("f", 2, 10, 10, Write))
 	if _, err := cli.Revoke(ctx, lease); err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,9 @@ var (
 	_ gofs.NodeSetlkwer = (*Node)(nil)
 )
 
-// lockOwner is the kernel's lock owner: a process's files for fcntl
-// locks, an open file for flock.
+// lockOwner owns locks: for fcntl locks the kernel's owner (a process's
+// files, or the open file for OFD locks); for flock the daemon's number
+// of the handle (see lockBook.flocks).
 type lockOwner struct {
 	id    uint64
 	flock bool

@@ -110,6 +110,10 @@ func (c *Conn) Session() *concurrency.Session {
 	return c.sess
 }
 
+// Live returns a live session, making a new lease if the last one
+// expired: for script locks, whose keys carry the lease.
+func (c *Conn) Live(ctx context.Context) (*concurrency.Session, error) { return c.session(ctx) }
+
 // session returns a live session, making a new lease if the last one
 // expired (the daemon was paused or cut off longer than the TTL).
 func (c *Conn) session(ctx context.Context) (*concurrency.Session, error) {

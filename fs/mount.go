@@ -178,7 +178,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 
 // serve is gofs.Mount with rawFS in between.
 func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) {
-	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(top, o)}, mountpoint, &o.MountOptions)
+	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(top, o), o.EnableLocks}, mountpoint, &o.MountOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +228,8 @@ func (r *root) fuseOptions(backing string) *gofs.Options {
 		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_DONT_MASK | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		DisableReadDirPlus: true,
 		MaxWrite:           1 << 20,
+		// Script locks decided by the daemon (locks.go), else by the kernel.
+		EnableLocks: r.opts.ScriptLocks != nil,
 	}
 	if r.opts.ReadOnly {
 		mo.Options = append(mo.Options, "ro")

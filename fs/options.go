@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/safefs/safefs/cluster"
+	"github.com/safefs/safefs/scriptlock"
 )
 
 // InternalDir is the name, at the top of BACKING, of the directory where
@@ -48,6 +49,9 @@ type Options struct {
 	// Cluster: commit locks through etcd, shared with the other daemons
 	// of the cluster (nil: not clustered). Set up by cmd/safefs.
 	Cluster *cluster.Conn
+	// ScriptLocks decides flock and fcntl locks taken through the mount
+	// (several hosts: etcd); nil: the kernel does, on this host only.
+	ScriptLocks scriptlock.Locker
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.

@@ -10,7 +10,10 @@ import (
 // fstat too: the kernel does not say which descriptor). go-fuse then
 // passes the inode's first open handle, which may be another process's
 // writer; such a GETATTR must describe the committed version instead.
-type rawFS struct{ fuse.RawFileSystem }
+type rawFS struct {
+	fuse.RawFileSystem
+	locks bool // script locks: unlocks at close and release (locks.go)
+}
 
 // noFh is set in the caller's pid, which never reaches 2^31.
 const noFh = 1 << 31

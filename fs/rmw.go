@@ -238,7 +238,7 @@ func (r *root) rmwLearn(n *Node, pid uint32) {
 	}
 	p := rmw.Pair{Path: n.path(), Cmd: program(pid)}
 	now := time.Now()
-	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
+	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) || r.book.heldBy(pid) {
 		return
 	}
 	if holdsLock(pid) {

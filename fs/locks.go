@@ -1,0 +1,289 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/scriptlock"
+)
+
+// With Options.ScriptLocks set, flock and fcntl lock requests come to the
+// daemon (EnableLocks) and are decided by that table, keyed by the
+// file's path below the mount root, so that daemons on several hosts
+// exclude each other. Without it they are never sent: the kernel locks.
+var (
+	_ gofs.NodeGetlker  = (*Node)(nil)
+	_ gofs.NodeSetlker  = (*Node)(nil)
+	_ gofs.NodeSetlkwer = (*Node)(nil)
+)
+
+// lockOwner owns locks: for fcntl locks the kernel's owner (a process's
+// files, or the open file for OFD locks); for flock the daemon's number
+// of the handle (see lockBook.flocks).
+type lockOwner struct {
+	id    uint64
+	flock bool
+}
+
+// fileLocks is what this daemon holds on one logical file.
+type fileLocks struct {
+	key    string               // the path the first lock was taken at
+	owners map[lockOwner]uint32 // owners holding a range, with their pid
+	busy   int                  // requests in progress
+}
+
+// lockBook is the daemon's own record of who holds script locks: it
+// keeps a file's key while any lock is held (a rename then does not
+// split the file's locks between two keys), lets the unlock the kernel
+// sends at every close skip the table when the owner holds nothing, and
+// tells read-modify-write learning which processes lock.
+type lockBook struct {
+	mu    sync.Mutex
+	files map[*file]*fileLocks
+	// flock owners are open files, but the kernel's owner number (the
+	// struct file's address) is reused as soon as a file is freed, while
+	// its RELEASE, which ends its flock lock, is still on the way: the
+	// next open file would take over the old lock. So a flock owner is
+	// the handle, numbered here until its release.
+	flocks map[*handle]uint64
+	nextID uint64
+	via    ofdOwners // see locks_ofd.go
+}
+
+// flockID returns h's flock owner number; add: give it one if it has
+// none, else 0.
+func (b *lockBook) flockID(h *handle, add bool) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if id, ok := b.flocks[h]; ok || !add {
+		return id
+	}
+	if b.flocks == nil {
+		b.flocks = map[*handle]uint64{}
+	}
+	b.nextID++
+	b.flocks[h] = b.nextID
+	return b.nextID
+}
+
+func (b *lockBook) dropFlock(h *handle) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.flocks, h)
+}
+
+func (b *lockBook) begin(f *file, path string) *fileLocks {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.files == nil {
+		b.files = map[*file]*fileLocks{}
+	}
+	fl := b.files[f]
+	if fl == nil {
+		fl = &fileLocks{key: path, owners: map[lockOwner]uint32{}}
+		b.files[f] = fl
+	}
+	fl.busy++
+	return fl
+}
+
+// end records whether o still holds a range of f after a request.
+func (b *lockBook) end(f *file, fl *fileLocks, o lockOwner, pid uint32, held bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if held {
+		fl.owners[o] = pid
+	} else {
+		delete(fl.owners, o)
+	}
+	b.doneLocked(f, fl)
+}
+
+// done ends a request that changed nothing.
+func (b *lockBook) done(f *file, fl *fileLocks) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.doneLocked(f, fl)
+}
+
+func (b *lockBook) doneLocked(f *file, fl *fileLocks) {
+	fl.busy--
+	if fl.busy == 0 && len(fl.owners) == 0 {
+		delete(b.files, f)
+	}
+}
+
+func (b *lockBook) holds(f *file, o lockOwner) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fl := b.files[f]
+	if fl == nil {
+		return false
+	}
+	_, ok := fl.owners[o]
+	return ok
+}
+
+// heldBy reports whether process pid holds a script lock through this
+// daemon.
+func (b *lockBook) heldBy(pid uint32) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, fl := range b.files {
+		for _, p := range fl.owners {
+			if p == pid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lockPath is the key of a file with no lock held yet: its path, or for
+// a file without a name one of its own (no other host can reach it).
+func (n *Node) lockPath() string {
+	if n.isRoot() {
+		return "."
+	}
+	if nm, ok := n.f.anyName(); ok {
+		return nm.rel()
+	}
+	return InternalDir + "/unlinked/" + strconv.FormatUint(n.f.ino, 10)
+}
+
+func (n *Node) lockRequest(key string, o lockOwner, lk *fuse.FileLock) scriptlock.Request {
+	return scriptlock.Request{Key: key, Owner: o.id, Flock: o.flock, Pid: lk.Pid,
+		Range: scriptlock.Range{Start: lk.Start, End: lk.End, Type: lk.Typ}}
+}
+
+// ownerOf is the owner of a request: the kernel's for fcntl locks, the
+// handle for flock (see lockBook.flocks); ok false: a flock unlock of a
+// handle that holds none.
+func (n *Node) ownerOf(fh gofs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) (lockOwner, bool) {
+	o := lockOwner{id: owner, flock: flags&fuse.LK_FLOCK != 0}
+	h, ok := fh.(*handle)
+	if !o.flock || !ok {
+		return o, true
+	}
+	o.id = n.r.book.flockID(h, lk.Typ != unix.F_UNLCK)
+	if flags&releasing != 0 {
+		defer n.r.book.dropFlock(h)
+	}
+	return o, o.id != 0
+}
+
+func (n *Node) Getlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	sl := n.r.opts.ScriptLocks
+	if sl == nil {
+		return syscall.ENOTSUP
+	}
+	o, _ := n.ownerOf(fh, owner, lk, flags)
+	fl := n.r.book.begin(n.f, n.lockPath())
+	defer n.r.book.done(n.f, fl)
+	h, ok, err := sl.Get(ctx, n.lockRequest(fl.key, o, lk))
+	if err != nil {
+		return n.lockErrno(err)
+	}
+	if !ok {
+		*out = *lk
+		out.Typ = unix.F_UNLCK
+		return 0
+	}
+	*out = fuse.FileLock{Start: h.Start, End: h.End, Typ: h.Type, Pid: h.Pid}
+	return 0
+}
+
+func (n *Node) Setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return n.setlk(ctx, fh, owner, lk, flags, false)
+}
+
+func (n *Node) Setlkw(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return n.setlk(ctx, fh, owner, lk, flags, true)
+}
+
+func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+	sl := n.r.opts.ScriptLocks
+	if sl == nil {
+		return syscall.ENOTSUP
+	}
+	if flags&releasing != 0 && flags&fuse.LK_FLOCK == 0 {
+		return n.releaseOFD(fh)
+	}
+	o, ok := n.ownerOf(fh, owner, lk, flags)
+	if lk.Typ == unix.F_UNLCK {
+		if !ok || !n.r.book.holds(n.f, o) {
+			return 0 // the unlock of every close, by an owner holding nothing
+		}
+		// An unlock is never given up half way for an interrupt.
+		ctx = context.Background()
+	}
+	fl := n.r.book.begin(n.f, n.lockPath())
+	before := n.r.book.holds(n.f, o)
+	held, err := sl.Set(ctx, n.lockRequest(fl.key, o, lk), wait)
+	if errors.Is(err, scriptlock.ErrUnavailable) {
+		held = before // unknown: an unlock at close tries again
+	}
+	n.r.book.end(n.f, fl, o, lk.Pid, held)
+	n.noteFcntl(fh, o, held)
+	n.r.log.Debug("script lock", zap.String("key", fl.key), zap.Uint64("owner", o.id), zap.Bool("flock", o.flock),
+		zap.Uint32("type", lk.Typ), zap.Uint32("pid", lk.Pid), zap.Bool("wait", wait), zap.Bool("held", held), zap.Error(err))
+	if err != nil {
+		return n.lockErrno(err)
+	}
+	return 0
+}
+
+// lockErrno: EAGAIN for a conflict, EINTR for an interrupted wait,
+// ENOLCK when the table cannot be reached (never a local decision).
+func (n *Node) lockErrno(err error) syscall.Errno {
+	switch {
+	case errors.Is(err, scriptlock.ErrConflict):
+		return syscall.EAGAIN
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return syscall.EINTR
+	}
+	n.r.log.Warn("script lock request failed: ENOLCK", zap.String("path", logPath(n.path())), zap.Error(err))
+	return syscall.ENOLCK
+}
+
+// releaseFlockUnlock is FUSE_RELEASE_FLOCK_UNLOCK: the released file
+// took flock locks. releasing marks the unlock sent for it.
+const (
+	releaseFlockUnlock = 1 << 1
+	releasing          = 1 << 31
+)
+
+// unlockOwner sends the bridge the unlock the kernel leaves to the file
+// system: an owner's fcntl locks at each close (FLUSH), an open file's
+// flock lock at its release.
+func (w rawFS) unlockOwner(cancel <-chan struct{}, h *fuse.InHeader, fh, owner uint64, flags uint32) {
+	in := &fuse.LkIn{InHeader: *h, Fh: fh, Owner: owner, LkFlags: flags,
+		Lk: fuse.FileLock{End: scriptlock.MaxEnd, Typ: unix.F_UNLCK}}
+	w.RawFileSystem.SetLk(cancel, in)
+}
+
+func (w rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	st := w.RawFileSystem.Flush(cancel, in) // the commit, under the script's lock
+	if w.locks {
+		w.unlockOwner(cancel, &in.InHeader, in.Fh, in.LockOwner, 0)
+	}
+	return st
+}
+
+func (w rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if w.locks {
+		w.unlockOwner(cancel, &in.InHeader, in.Fh, 0, releasing) // OFD locks (locks_ofd.go)
+	}
+	if w.locks && in.ReleaseFlags&releaseFlockUnlock != 0 {
+		w.unlockOwner(cancel, &in.InHeader, in.Fh, in.LockOwner, fuse.LK_FLOCK|releasing)
+	}
+	w.RawFileSystem.Release(cancel, in)
+}

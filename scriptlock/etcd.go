@@ -1,0 +1,191 @@
+package scriptlock
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Table keeps script locks in etcd, one key per (file, node, owner):
+// PREFIX locks/PATH \0 NODE \0 KIND OWNER, with the node's lease
+// attached, so that a daemon's death (its lease expiring) releases its
+// locks. Owners are qualified by node: two hosts' owners never match.
+type Table struct {
+	cli     *clientv3.Client
+	prefix  string
+	lease   atomic.Int64 // clientv3.LeaseID
+	node    string
+	timeout time.Duration // one read or write; beyond: ErrUnavailable
+	recheck time.Duration // a wait reads the table again at least this often
+}
+
+// NewEtcd returns a table under prefix (such as /safefs/NAME/) whose
+// locks carry lease, for node.
+func NewEtcd(cli *clientv3.Client, prefix string, lease clientv3.LeaseID, node string) *Table {
+	t := &Table{cli: cli, prefix: prefix, node: node, timeout: 3 * time.Second, recheck: 2 * time.Second}
+	t.lease.Store(int64(lease))
+	return t
+}
+
+// SetLease attaches the locks taken from now on to lease: the node's
+// previous lease ended (and etcd removed the locks it carried).
+func (t *Table) SetLease(lease clientv3.LeaseID) { t.lease.Store(int64(lease)) }
+
+var _ Locker = (*Table)(nil)
+
+// entry is one owner's locks on one file, as stored.
+type entry struct {
+	Pid    uint32  `json:"pid"`
+	Ranges []Range `json:"ranges"`
+}
+
+func (t *Table) fileKey(path string) string { return t.prefix + "locks/" + path + "\x00" }
+
+func ownerPart(r Request) string {
+	kind := "p"
+	if r.Flock {
+		kind = "f"
+	}
+	return fmt.Sprintf("%s%016x", kind, r.Owner)
+}
+
+func (t *Table) ownKey(r Request) string {
+	return t.fileKey(r.Key) + t.node + "\x00" + ownerPart(r)
+}
+
+// file is what the table holds for one file, read at rev.
+type file struct {
+	rev    int64
+	own    []Range
+	others []Held
+}
+
+func (t *Table) read(r Request) (file, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	resp, err := t.cli.Get(ctx, t.fileKey(r.Key), clientv3.WithPrefix())
+	if err != nil {
+		return file{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	f := file{rev: resp.Header.Revision}
+	own, kind := t.ownKey(r), ownerPart(r)[:1]
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		var e entry
+		if err := json.Unmarshal(kv.Value, &e); err != nil {
+			return file{}, fmt.Errorf("%w: key %q: %v", ErrUnavailable, k, err)
+		}
+		switch {
+		case k == own:
+			f.own = e.Ranges
+		case t.sameKind(k, kind):
+			pid := e.Pid
+			if !strings.HasPrefix(k[len(t.fileKey(r.Key)):], t.node+"\x00") {
+				pid = 0
+			}
+			for _, rg := range e.Ranges {
+				f.others = append(f.others, Held{Pid: pid, Range: rg})
+			}
+		}
+	}
+	return f, nil
+}
+
+// sameKind: flock and fcntl locks do not see each other, as on Linux.
+func (t *Table) sameKind(key, kind string) bool {
+	i := strings.LastIndexByte(key, 0)
+	return i >= 0 && strings.HasPrefix(key[i+1:], kind)
+}
+
+func (f file) conflict(req Range) (Held, bool) {
+	for _, o := range f.others {
+		if o.Conflicts(req) {
+			return o, true
+		}
+	}
+	return Held{}, false
+}
+
+// Get returns a lock of another owner that conflicts with r.
+func (t *Table) Get(ctx context.Context, r Request) (Held, bool, error) {
+	f, err := t.read(r)
+	if err != nil {
+		return Held{}, false, err
+	}
+	h, ok := f.conflict(r.Range)
+	return h, ok, nil
+}
+
+// Set applies r: see Locker. A write is made only if no key of the file
+// changed since it was read (a lock released meanwhile changes nothing
+// for the decision), else it is decided again.
+func (t *Table) Set(ctx context.Context, r Request, wait bool) (bool, error) {
+	for {
+		f, err := t.read(r)
+		if err != nil {
+			return false, err
+		}
+		if r.Type != Unlock {
+			if _, ok := f.conflict(r.Range); ok {
+				if !wait {
+					return len(f.own) > 0, ErrConflict
+				}
+				if err := t.waitChange(ctx, r.Key, f.rev); err != nil {
+					return len(f.own) > 0, err
+				}
+				continue
+			}
+		}
+		next := Apply(f.own, r.Range)
+		ok, err := t.write(r, next, f.rev)
+		if err != nil {
+			return len(f.own) > 0, err
+		}
+		if ok {
+			return len(next) > 0, nil
+		}
+	}
+}
+
+func (t *Table) write(r Request, next []Range, rev int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	unchanged := clientv3.Compare(clientv3.ModRevision(t.fileKey(r.Key)).WithPrefix(), "<", rev+1)
+	op := clientv3.OpDelete(t.ownKey(r))
+	if len(next) > 0 {
+		v, err := json.Marshal(entry{Pid: r.Pid, Ranges: next})
+		if err != nil {
+			return false, err
+		}
+		op = clientv3.OpPut(t.ownKey(r), string(v), clientv3.WithLease(clientv3.LeaseID(t.lease.Load())))
+	}
+	resp, err := t.cli.Txn(ctx).If(unchanged).Then(op).Commit()
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return resp.Succeeded, nil
+}
+
+// waitChange returns when a key of the file changed after rev, or after
+// recheck (the caller reads again: a table gone unreachable is then
+// noticed), or ctx's error when ctx ends first.
+func (t *Table) waitChange(ctx context.Context, path string, rev int64) error {
+	wctx, cancel := context.WithTimeout(ctx, t.recheck)
+	defer cancel()
+	ch := t.cli.Watch(clientv3.WithRequireLeader(wctx), t.fileKey(path), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case resp, ok := <-ch:
+			if !ok || resp.Err() != nil || len(resp.Events) > 0 {
+				return ctx.Err()
+			}
+		}
+	}
+}

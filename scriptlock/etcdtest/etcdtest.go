@@ -1,0 +1,143 @@
+// Package etcdtest starts a real etcd server (Debian's etcd-server) for
+// tests, on free ports in a temporary directory.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Server is a running etcd.
+type Server struct {
+	URL  string
+	bin  string
+	args []string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when etcd has exited
+}
+
+// Start starts etcd for t and stops it at t's cleanup. Without the
+// binary the test is skipped, or fails under CI=true.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("etcd not installed (apt-get install etcd-server)")
+		}
+		t.Skip("etcd not installed (apt-get install etcd-server)")
+	}
+	for try := 0; ; try++ {
+		s, err := start(t, bin)
+		if err == nil {
+			return s
+		}
+		if try == 2 {
+			t.Fatal(err)
+		}
+	}
+}
+
+func start(t testing.TB, bin string) (*Server, error) {
+	dir := t.TempDir()
+	client, peer := freePort(t), freePort(t)
+	s := &Server{URL: "http://" + client, bin: bin, log: filepath.Join(dir, "log")}
+	s.args = []string{"--name", "t", "--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", s.URL, "--advertise-client-urls", s.URL,
+		"--listen-peer-urls", "http://" + peer, "--initial-advertise-peer-urls", "http://" + peer,
+		"--initial-cluster", "t=http://" + peer, "--logger", "zap", "--log-outputs", s.log}
+	t.Cleanup(func() {
+		if s.cmd != nil {
+			s.Kill()
+		}
+	})
+	return s, s.run()
+}
+
+func (s *Server) run() error {
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.done = make(chan struct{})
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	if err := s.ready(); err != nil {
+		s.Kill()
+		log, _ := os.ReadFile(s.log)
+		return fmt.Errorf("etcd did not start: %v\n%s", err, log)
+	}
+	return nil
+}
+
+// Restart starts etcd again after Kill, on the same ports and data.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if err := s.run(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Kill stops etcd (SIGKILL); again is a no-op.
+func (s *Server) Kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+func (s *Server) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) ready() error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := cli.Get(ctx, "ready")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if s.exited() || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Client returns a client of s, closed at t's cleanup.
+func (s *Server) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func freePort(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

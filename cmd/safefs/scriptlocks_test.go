@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -250,18 +251,23 @@ func TestScriptLocksGetlk(t *testing.T) {
 }
 
 // etcd unreachable: lock requests fail with ENOLCK (no local decision),
-// reads and writes go on; etcd back: locks work again.
+// reads go on (commits fail with ENOLCK too: cluster mode); etcd back:
+// locks work again.
 func TestScriptLocksEtcdDown(t *testing.T) {
 	lp := startLockPair(t)
+	data := filepath.Join(lp.mnt[1], "data")
+	require.NoError(t, os.WriteFile(data, []byte("before"), 0o644))
 	lp.etcd.Kill()
 	for _, how := range []string{"flock_nb", "fcntl_nb", "fcntl"} {
 		require.Equal(t, "ENOLCK", tryLock(t, how, lp.mnt[1]), how)
 	}
-	data := filepath.Join(lp.mnt[1], "data")
-	require.NoError(t, os.WriteFile(data, []byte("still"), 0o644))
 	got, err := os.ReadFile(data)
 	require.NoError(t, err)
-	require.Equal(t, "still", string(got))
+	require.Equal(t, "before", string(got))
+	require.ErrorIs(t, os.WriteFile(data, []byte("during"), 0o644), syscall.ENOLCK, "a commit without etcd")
+	got, err = os.ReadFile(data)
+	require.NoError(t, err)
+	require.Equal(t, "before", string(got), "a failed commit changed the file")
 	lp.etcd.Restart(t)
 	h := holderWhenUp(t, lp.mnt[0])
 	require.Equal(t, "EAGAIN", tryLock(t, "fcntl_nb", lp.mnt[1]))
@@ -306,6 +312,8 @@ func TestScriptLocksRename(t *testing.T) {
 	lp := startLockPair(t)
 	h := holder(t, "fcntl", lp.mnt[0])
 	require.NoError(t, os.Rename(filepath.Join(lp.mnt[0], "lk"), filepath.Join(lp.mnt[0], "renamed")))
+	// Another file at the old path: its lock key is the held one.
+	require.NoError(t, os.WriteFile(filepath.Join(lp.mnt[1], "lk"), nil, 0o644))
 	require.Equal(t, "EAGAIN", tryLock(t, "fcntl_nb", lp.mnt[1]))
 	kill(t, h)
 	require.Equal(t, "ok", tryLock(t, "fcntl_nb", lp.mnt[1]), "the lock stayed after its holder's exit")

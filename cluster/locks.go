@@ -89,6 +89,22 @@ func keyPart(name string) string { return url.QueryEscape(name) }
 func (c *Conn) lockKey(name string) string { return c.Prefix() + "lock/" + keyPart(name) }
 func (c *Conn) verKey(name string) string  { return c.Prefix() + "ver/" + keyPart(name) }
 
+// Published is what the last replace of name, by any daemon of the
+// cluster, recorded: the inode it published and the one it replaced
+// ("" if none). Read without the lock, for opens and stats.
+func (c *Conn) Published(ctx context.Context, name string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := c.client.Get(ctx, c.verKey(name))
+	if err != nil {
+		return "", unavailable(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
 // held is one grant: the local one and the etcd mutexes of its names.
 type held struct {
 	c     *Conn

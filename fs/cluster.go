@@ -1,7 +1,9 @@
 package fs
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +44,25 @@ func (n *Node) lockKey() lockmgr.Key {
 // fails). Inode numbers, not devices: those differ per NFS client.
 func version(published, replaced uint64) string {
 	return strconv.FormatUint(published, 10) + " " + strconv.FormatUint(replaced, 10)
+}
+
+// adoptPublished: in a cluster, a name of n that leads to st, a regular
+// file another daemon published there (etcd says so), becomes n's
+// committed version, so that an open or a stat after another daemon's
+// commit goes on instead of failing with ESTALE (which the kernel
+// retries only once: a file rewritten in a loop elsewhere would fail).
+// Anything else at the name is still another file.
+func (n *Node) adoptPublished(rel string, st *unix.Stat_t) bool {
+	if !n.r.clustered() || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false
+	}
+	v, err := n.r.opts.Cluster.Published(context.Background(), rel)
+	if err != nil || !slices.Contains(strings.Fields(v), strconv.FormatUint(st.Ino, 10)) {
+		return false
+	}
+	n.r.ids.rekey(n.f, keyOf(st))
+	n.f.bump()
+	return true
 }
 
 // committedElsewhere reports whether ino is a version another daemon of

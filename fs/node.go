@@ -191,7 +191,7 @@ func (n *Node) statNamed() (unix.Stat_t, error) {
 				continue
 			}
 			st, err := statAt(dir, o.name)
-			if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
+			if err == nil && (n.r.ids.owns(n.f, keyOf(&st)) || n.adoptPublished(o.rel(), &st)) {
 				return st, nil
 			}
 		}

@@ -46,7 +46,7 @@ func (n *Node) openNamed(flags int) (*os.File, error) {
 			}
 			continue
 		}
-		if n.r.ids.owns(n.f, keyOf(&st)) {
+		if n.r.ids.owns(n.f, keyOf(&st)) || n.adoptPublished(o.rel(), &st) {
 			return fd, nil
 		}
 		fd.Close()

@@ -2,12 +2,14 @@ package fs
 
 import (
 	"context"
+	"hash/fnv"
 	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/rmw"
 )
 
@@ -117,11 +119,44 @@ func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
 		return nil
 	}
 	s, out, other := x.table.Enter(ctx, n.f.ino, int32(pid), isFamily, n.r.opts.RMWWait)
+	if s != nil && (out == rmw.Took || out == rmw.Granted) && !n.rmwClusterLock(s) {
+		s.End() // no cluster lock within rmw_wait: no session, as after a local wait
+		s, out = nil, rmw.GaveUp
+	}
 	n.r.rmwCount(n, out, pid, other)
 	if s != nil && (out == rmw.Took || out == rmw.Granted) {
 		x.exits.watch(s.Holder, s)
 	}
 	return s
+}
+
+// rmwClusterLock: in a cluster, a new session also holds a lock on the
+// file's path in etcd until it ends, so that sessions exclude across
+// daemons. Its own key space (rmwLockKey): the session's holder commits
+// the file under the commit lock meanwhile.
+func (n *Node) rmwClusterLock(s *rmw.Session) bool {
+	if !n.r.clustered() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.r.opts.RMWWait)
+	defer cancel()
+	held, err := n.r.locks.Lock(ctx, "rmw session", rmwLockKey(n.path()))
+	if err != nil {
+		n.r.log.Warn("rmw: no cluster lock for a session: opened without one", zap.String("path", logPath(n.path())), zap.Error(err))
+		return false
+	}
+	s.OnEnd(held.Release)
+	return true
+}
+
+// rmwLockKey is the cluster lock of the sessions of path: a name no
+// file's commit lock has, and as local ID the hash the cluster backend
+// gives that name anyway (top bit set: no inode number has it).
+func rmwLockKey(path string) lockmgr.Key {
+	name := "\x00rmw/" + path
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return lockmgr.Key{ID: h.Sum64() | 1<<63, Name: name}
 }
 
 // rmwSelected reports whether thread tid's opens of n take sessions,

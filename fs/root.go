@@ -47,7 +47,7 @@ type root struct {
 	rejectLog logLimit
 	rmw       *rmwState // nil: read-modify-write sessions off
 	pool      *stagingPool
-	book      lockBook  // script locks held through this daemon (locks.go)
+	book      lockBook // script locks held through this daemon (locks.go)
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests

@@ -54,6 +54,19 @@ type Session struct {
 	queue []*waiter
 	// passed: processes that went on without this session (Passed).
 	passed map[int32]bool
+	onEnd  func() // run once, in a goroutine, when the session ends
+}
+
+// OnEnd runs f, in a goroutine, once the session ends (at once if it
+// has): for what the session holds beyond this table (a cluster lock).
+func (s *Session) OnEnd(f func()) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	if s.ended {
+		go f()
+		return
+	}
+	s.onEnd = f
 }
 
 type waiter struct {
@@ -288,6 +301,10 @@ func (s *Session) endLocked() {
 	}
 	t := s.t
 	s.ended = true
+	if s.onEnd != nil {
+		go s.onEnd()
+		s.onEnd = nil
+	}
 	s.gen++
 	if s.timer != nil {
 		s.timer.Stop()

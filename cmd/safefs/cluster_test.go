@@ -355,3 +355,49 @@ func appendWhenBack(t *testing.T, file string, data []byte) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// naive is the unlocked counter of a CGI script: read the number, write
+// it back plus one, n times; it prints "ok" or the failed step.
+const naive = `
+my ($file, $n) = @ARGV;
+for (1..$n) {
+    open(my $r, '<', $file) or do { print "open < $!\n"; exit 0 };
+    my $c = <$r>;
+    close($r);
+    open(my $w, '>', $file) or do { print "open > $!\n"; exit 0 };
+    print $w $c + 1, "\n";
+    close($w) or do { print "close ", $!+0, "\n"; exit 0 };
+}
+print "ok\n";`
+
+// Read-modify-write sessions are cluster-wide: the naive counter, its
+// processes spread over two daemons of one BACKING, keeps every
+// increment when its file takes sessions (rmw=count).
+func TestClusterNaiveCounterSessions(t *testing.T) {
+	clusterPrereqs(t)
+	e := startEtcd(t)
+	backing := tempDir(t)
+	require.NoError(t, os.WriteFile(filepath.Join(backing, "count"), []byte("0\n"), 0o644))
+	var mnts []string
+	for _, node := range []string{"n1", "n2"} {
+		mnt := filepath.Join(tempDir(t), "mnt-"+node)
+		require.NoError(t, os.Mkdir(mnt, 0o755))
+		p := launchMount(t, exec.Command(safefsBin, "mount", "-o",
+			clusterOpts(e, node, "lock_timeout=30s", "rmw=count", "rmw_wait=20s"), backing, mnt), mnt)
+		p.waitMounted(t)
+		mnts = append(mnts, mnt)
+	}
+	const procs, runs = 6, 30
+	outs := make([]string, procs)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Go(func() { outs[i] = perl(t, naive, filepath.Join(mnts[i%2], "count"), fmt.Sprint(runs)) })
+	}
+	wg.Wait()
+	for i, o := range outs {
+		require.Equal(t, "ok\n", o, "counter %d", i)
+	}
+	b, err := os.ReadFile(filepath.Join(backing, "count"))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%d\n", procs*runs), string(b), "increments kept across two daemons")
+}

@@ -4,9 +4,6 @@ package main
 // free ports in a temp dir, and safefs daemons of one cluster.
 
 import (
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,85 +13,49 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/scriptlock/etcdtest"
 )
 
 // testLeaseTTL is the daemons' lease: short, so that tests that wait for
 // a lease to expire are quick (etcd's shortest is about 2 s).
 const testLeaseTTL = "2s"
 
-type etcdServer struct {
-	dir, url, peer string
-	p              *proc
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startEtcd starts an etcd that the test's cleanup kills.
-func startEtcd(t *testing.T) *etcdServer {
-	t.Helper()
-	requireTool(t, "etcd")
-	e := &etcdServer{dir: t.TempDir(),
-		url:  fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-		peer: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
-	e.start(t)
-	return e
-}
-
-func (e *etcdServer) start(t *testing.T) {
-	t.Helper()
-	cmd := exec.Command("etcd", "--name", "test", "--data-dir", filepath.Join(e.dir, "data"),
-		"--listen-client-urls", e.url, "--advertise-client-urls", e.url,
-		"--listen-peer-urls", e.peer, "--initial-advertise-peer-urls", e.peer,
-		"--initial-cluster", "test="+e.peer)
-	e.p = startProc(t, cmd)
-	deadline := time.Now().Add(mountLimit)
-	for {
-		resp, err := http.Get(e.url + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd not healthy after %v: %v\n%s", mountLimit, err, e.p.out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// kill stops etcd at once (SIGKILL), as a crash would.
-func (e *etcdServer) kill(t *testing.T) {
-	t.Helper()
-	require.NoError(t, e.p.cmd.Process.Kill())
-	e.p.waitExit(t, waitLimit)
-}
+func startEtcd(t *testing.T) *etcdtest.Server { return etcdtest.Start(t) }
 
 // clusterOpts are the -o options of node in the cluster served by e.
-func clusterOpts(e *etcdServer, node string, more ...string) string {
-	opts := append([]string{"cluster=etcd", "etcd=" + e.url, "cluster_name=test", "node=" + node,
+func clusterOpts(e *etcdtest.Server, node string, more ...string) string {
+	opts := append([]string{"cluster=etcd", "etcd=" + e.URL, "cluster_name=test", "node=" + node,
 		"lease_ttl=" + testLeaseTTL}, more...)
 	return strings.Join(opts, ",")
 }
 
 // startNode mounts backing on a new mount point as node; env is added
 // to the daemon's environment (SAFEFS_STOP_AT, ...).
-func startNode(t *testing.T, e *etcdServer, backing, node string, env ...string) (*mountProc, string) {
+func startNode(t *testing.T, e *etcdtest.Server, backing, node string, env ...string) (*mountProc, string) {
 	t.Helper()
-	mnt := filepath.Join(tempDir(t), "mnt-"+node)
-	require.NoError(t, os.Mkdir(mnt, 0o755))
+	mnt := nodeMnt(t, node)
 	return startNodeAt(t, e, backing, mnt, node, env...), mnt
 }
 
-func startNodeAt(t *testing.T, e *etcdServer, backing, mnt, node string, env ...string) *mountProc {
+// nodeMnt makes a mount point for node.
+func nodeMnt(t *testing.T, node string) string {
 	t.Helper()
-	cmd := exec.Command(safefsBin, "mount", "-o", clusterOpts(e, node, "lock_timeout=30s"), backing, mnt)
+	mnt := filepath.Join(tempDir(t), "mnt-"+node)
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	return mnt
+}
+
+func startNodeAt(t *testing.T, e *etcdtest.Server, backing, mnt, node string, env ...string) *mountProc {
+	t.Helper()
+	return startNodeWith(t, e, backing, mnt, node, nil, env)
+}
+
+// startNodeWith is startNodeAt with more -o options.
+func startNodeWith(t *testing.T, e *etcdtest.Server, backing, mnt, node string, more, env []string) *mountProc {
+	t.Helper()
+	cmd := exec.Command(safefsBin, "mount", "-o", clusterOpts(e, node, append([]string{"lock_timeout=30s"}, more...)...), backing, mnt)
 	cmd.Env = append(os.Environ(), env...)
 	p := launchMount(t, cmd, mnt)
 	p.waitMounted(t)

@@ -155,7 +155,7 @@ func TestClusterRefusals(t *testing.T) {
 			exitBusy, `served by cluster "test"`},
 		{"same node", []string{"mount", "-o", clusterOpts(e, "n1"), backing, mnt}, exitBusy, `node "n1" already runs`},
 		{"etcd down", []string{"mount", "-o", "cluster=etcd,etcd=http://127.0.0.1:1,node=n3", backing, mnt}, exitCluster, "cannot be reached"},
-		{"etcd without cluster", []string{"mount", "-o", "etcd=" + e.url, backing, mnt}, exitUsage, "needs cluster=etcd"},
+		{"etcd without cluster", []string{"mount", "-o", "etcd=" + e.URL, backing, mnt}, exitUsage, "needs cluster=etcd"},
 	}
 	for _, c := range cases {
 		r := runSafefs(t, nil, c.args...)
@@ -297,7 +297,7 @@ func TestClusterEtcdDown(t *testing.T) {
 		ps = append(ps, startProc(t, exec.Command("perl", "-e", steadyAppender, filepath.Join(mnt, "log"), fmt.Sprintf("p%d", i), stop)))
 	}
 	waitLine(t, ps[3], "ok p3-00010")
-	e.kill(t)
+	e.Kill()
 	got, err := os.ReadFile(filepath.Join(m2, "log"))
 	require.NoError(t, err, "reads with etcd down")
 	require.NotEmpty(t, got)
@@ -329,7 +329,7 @@ func TestClusterEtcdDown(t *testing.T) {
 	require.Equal(t, failed, kept, "every failed commit's bytes kept")
 	out := commitLines(t, "append", filepath.Join(m1, "log"), []byte("down\n"))
 	requireCloseErr(t, out, syscall.ENOLCK)
-	e.start(t)
+	e.Restart(t)
 	for _, mnt := range []string{m1, m2} {
 		appendWhenBack(t, filepath.Join(mnt, "log"), []byte("back\n"))
 		commitOK(t, "replace", filepath.Join(mnt, "doc"), []byte(mnt))
@@ -380,11 +380,8 @@ func TestClusterNaiveCounterSessions(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(backing, "count"), []byte("0\n"), 0o644))
 	var mnts []string
 	for _, node := range []string{"n1", "n2"} {
-		mnt := filepath.Join(tempDir(t), "mnt-"+node)
-		require.NoError(t, os.Mkdir(mnt, 0o755))
-		p := launchMount(t, exec.Command(safefsBin, "mount", "-o",
-			clusterOpts(e, node, "lock_timeout=30s", "rmw=count", "rmw_wait=20s"), backing, mnt), mnt)
-		p.waitMounted(t)
+		mnt := nodeMnt(t, node)
+		startNodeWith(t, e, backing, mnt, node, []string{"rmw=count", "rmw_wait=20s"}, nil)
 		mnts = append(mnts, mnt)
 	}
 	const procs, runs = 6, 30

@@ -368,8 +368,14 @@ func (h *handle) commitAppend(g grant) error {
 	if err := g.Check(); err != nil {
 		return err
 	}
-	e, err := r.jr.Begin(journal.Record{Kind: journal.Append, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
-		OldSize: st.Size, Len: ps.Size, CRC: crc, Rev: g.Token()})
+	rec := journal.Record{Kind: journal.Append, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
+		OldSize: st.Size, Len: ps.Size, CRC: crc, Rev: g.Token()}
+	if r.clustered() {
+		// Recovery tells its own partial bytes from other daemons'
+		// appends by them (journal settleAppend).
+		rec.Staging = h.stageNm
+	}
+	e, err := r.jr.Begin(rec)
 	if err != nil {
 		return err
 	}

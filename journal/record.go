@@ -86,6 +86,10 @@ func (r Record) validAppend() error {
 	if r.OldSize < 0 || r.Len < 0 || r.OldSize > maxInt64-r.Len {
 		return errors.New("append with bad size")
 	}
+	if r.Staging != "" {
+		// Its pending bytes (cluster: see settleAppend).
+		return validName("staging", r.Staging)
+	}
 	return nil
 }
 

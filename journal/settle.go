@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"syscall"
@@ -70,10 +71,10 @@ func (r *recovery) settleAppend(rec Record) {
 			return
 		}
 	}
-	if size > rec.OldSize+rec.Len && sharedTargets(r.t) {
+	if size > rec.OldSize && sharedTargets(r.t) && !r.ownBytes(rec, f, size) {
 		// Other daemons appended after this one was cut off: cutting
-		// back would remove their bytes too.
-		r.refuse(rec, "append: the file grew past it (other daemons appended since); not cut back", nil)
+		// back would remove their committed bytes too.
+		r.refuse(rec, "append: other daemons appended since; not cut back", nil)
 		return
 	}
 	if size <= rec.OldSize {
@@ -86,6 +87,35 @@ func (r *recovery) settleAppend(rec Record) {
 		return
 	}
 	r.done(rec, f, &r.sum.RolledBack, "append rolled back")
+}
+
+// ownBytes reports whether everything past the append's old size is a
+// prefix of its own pending bytes (its staging file, which recovery has
+// not swept yet): then no other daemon appended after it, and cutting
+// back removes only its own partial append. Unknown counts as not.
+func (r *recovery) ownBytes(rec Record, f *os.File, size int64) bool {
+	n := size - rec.OldSize
+	d := r.sub[StagingDir]
+	if rec.Staging == "" || d == nil || n > rec.Len {
+		return false
+	}
+	fd, err := unix.Openat(int(d.Fd()), rec.Staging, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	st := os.NewFile(uintptr(fd), rec.Staging)
+	defer st.Close()
+	a, b := make([]byte, 64<<10), make([]byte, 64<<10)
+	for off := int64(0); off < n; off += int64(len(a)) {
+		k := int(min(int64(len(a)), n-off))
+		if _, err := f.ReadAt(a[:k], rec.OldSize+off); err != nil {
+			return false
+		}
+		if _, err := st.ReadAt(b[:k], off); err != nil || !bytes.Equal(a[:k], b[:k]) {
+			return false
+		}
+	}
+	return true
 }
 
 // done fsyncs the settled target, then counts it.

@@ -12,10 +12,12 @@ import (
 
 // Status is what `safefs status` shows: a snapshot of a live mount.
 type Status struct {
-	Locks    []LockStatus   `json:"locks"`    // files whose commit lock is held
-	Writers  []WriterStatus `json:"writers"`  // handles open for writing
-	Rejected []KeptFile     `json:"rejected"` // what rejected/ holds
-	Counters Stats          `json:"counters"`
+	Mountpoint string         `json:"mountpoint"`
+	Node       string         `json:"node,omitempty"` // cluster mode: this daemon's node name
+	Locks      []LockStatus   `json:"locks"`          // files whose commit lock is held
+	Writers    []WriterStatus `json:"writers"`        // handles open for writing
+	Rejected   []KeptFile     `json:"rejected"`       // what rejected/ holds
+	Counters   Stats          `json:"counters"`
 }
 
 // LockStatus is one held commit lock, its holder and its waiters in the
@@ -70,7 +72,11 @@ func (h *handle) who() *lockWho {
 // request: it takes only short-lived mutexes, never a handle's.
 func (s *Server) Status() Status {
 	r := s.r
-	st := Status{Counters: r.count.snapshot(), Locks: []LockStatus{}, Writers: r.writers(), Rejected: r.keptList()}
+	st := Status{Mountpoint: r.mountpoint, Counters: r.count.snapshot(), Locks: []LockStatus{}, Writers: r.writers(),
+		Rejected: r.keptList()}
+	if c := r.opts.Cluster; c != nil {
+		st.Node = c.Config().Node
+	}
 	byIno := map[uint64]*file{}
 	for _, f := range r.ids.all() {
 		byIno[f.ino] = f

@@ -5,6 +5,7 @@ package main
 // real etcd and real Perl processes.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/fs"
 )
 
 func clusterPrereqs(t *testing.T) {
@@ -397,4 +401,31 @@ func TestClusterNaiveCounterSessions(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(backing, "count"))
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%d\n", procs*runs), string(b), "increments kept across two daemons")
+}
+
+// safefs status finds a cluster node's socket (.safefs/nodes/NODE/):
+// given a mount point, that mount's daemon; given BACKING served by two
+// nodes of this host, it asks for the mount point and names both.
+func TestClusterStatus(t *testing.T) {
+	clusterPrereqs(t)
+	e := startEtcd(t)
+	backing := tempDir(t)
+	var mnts []string
+	for _, node := range []string{"n1", "n2"} {
+		_, mnt := startNode(t, e, backing, node)
+		mnts = append(mnts, mnt)
+	}
+	for i, mnt := range mnts {
+		r := runSafefs(t, nil, "status", mnt, "--json")
+		require.Equal(t, exitOK, r.code, "status %s: %s", mnt, r.stderr)
+		var st fs.Status
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+		assert.Equal(t, fmt.Sprintf("n%d", i+1), st.Node, "status of %s", mnt)
+		assert.Equal(t, mnt, st.Mountpoint)
+	}
+	r := runSafefs(t, nil, "status", backing)
+	require.Equal(t, exitUsage, r.code, "status of BACKING served by two nodes: %s", r.stderr)
+	for i, mnt := range mnts {
+		assert.Contains(t, r.stderr, fmt.Sprintf("node n%d at %s", i+1, mnt))
+	}
 }

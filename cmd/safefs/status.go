@@ -159,14 +159,68 @@ func askStatus(target string) (*fs.Status, error) {
 	if err != nil {
 		return nil, failf(exitUsage, "%s: %v", target, err)
 	}
-	backing := abs
+	backing, mnt := abs, ""
 	if src, ok := safefsSource(abs); ok {
-		backing = src
+		backing, mnt = src, abs
 	}
 	p := statusSockPath(backing)
+	st, err := askSocket(p)
+	var de dialErr
+	if errors.As(err, &de) && errors.Is(de.err, syscall.ENOENT) {
+		if st, err, ok := askNodes(target, backing, mnt); ok {
+			return st, err
+		}
+	}
+	if errors.As(err, &de) {
+		return nil, dialError(target, p, de.err)
+	}
+	return st, err
+}
+
+// dialErr: no daemon could be reached on the socket (dialError words it).
+type dialErr struct{ err error }
+
+func (e dialErr) Error() string { return e.err.Error() }
+
+// askNodes asks the cluster daemons of this host that serve backing
+// (each has its socket in .safefs/nodes/NODE/): the one mounted at mnt,
+// or the only one. ok is false when no node answers.
+func askNodes(target, backing, mnt string) (*fs.Status, error, bool) {
+	socks, _ := filepath.Glob(filepath.Join(backing, fs.InternalDir, "nodes", "*", statusSock))
+	var found []*fs.Status
+	for _, p := range socks {
+		st, err := askSocket(p)
+		var de dialErr
+		switch {
+		case errors.As(err, &de):
+			continue // another host's node, or one that exited
+		case err != nil:
+			return nil, err, true // it answered: denied, or garbled
+		case mnt != "" && st.Mountpoint == mnt:
+			return st, nil, true
+		}
+		found = append(found, st)
+	}
+	switch {
+	case len(found) == 0 || mnt != "":
+		return nil, nil, false
+	case len(found) == 1:
+		return found[0], nil, true
+	}
+	var at []string
+	for _, st := range found {
+		at = append(at, fmt.Sprintf("node %s at %s", st.Node, st.Mountpoint))
+	}
+	return nil, failf(exitUsage, "%s is served by several cluster daemons of this host (%s): give the mount point",
+		target, strings.Join(at, ", ")), true
+}
+
+// askSocket asks the daemon listening on p. Dial errors are returned as
+// they are (dialError words them); the others are final.
+func askSocket(p string) (*fs.Status, error) {
 	c, err := net.DialTimeout("unix", p, 10*time.Second)
 	if err != nil {
-		return nil, dialError(target, p, err)
+		return nil, dialErr{err}
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))

@@ -11,6 +11,9 @@ import (
 // printStatus writes the human-readable form of a status.
 func printStatus(out io.Writer, st *fs.Status) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if st.Node != "" {
+		fmt.Fprintf(w, "cluster node %s, mounted at %s\n", st.Node, st.Mountpoint)
+	}
 	fmt.Fprintf(w, "commit locks held: %d\n", len(st.Locks))
 	for _, l := range st.Locks {
 		fmt.Fprintf(w, "  %s\n", l.Path)

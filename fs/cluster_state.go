@@ -112,19 +112,22 @@ func (r *root) firstOfCluster(name string) error {
 	if _, err := journal.Recover(r.internal, targets{r.rootfd}, r.log); err != nil {
 		return fmt.Errorf("recovery of %s: %w", r.internalPath, err)
 	}
-	return r.recoverNodes()
+	_, err = r.recoverNodes()
+	return err
 }
 
-// recoverNodes settles every node's journal (nobody serves BACKING).
-func (r *root) recoverNodes() error {
+// recoverNodes settles every node's journal (nobody serves BACKING: the
+// first daemon of a cluster, a plain daemon, `safefs recover`).
+func (r *root) recoverNodes() (journal.Summary, error) {
+	var sum journal.Summary
 	nodes, err := openOwnDir(int(r.internal.Fd()), nodesDir, unix.O_RDONLY)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	defer unix.Close(nodes)
 	ents, err := os.ReadDir(procPath(nodes))
 	if err != nil {
-		return err
+		return sum, err
 	}
 	for _, e := range ents {
 		d, err := openOwnDir(nodes, e.Name(), unix.O_RDONLY)
@@ -133,13 +136,20 @@ func (r *root) recoverNodes() error {
 			continue
 		}
 		f := os.NewFile(uintptr(d), e.Name())
-		_, err = journal.Recover(f, sharedTargets{targets{r.rootfd}}, r.log.With(zap.String("node", e.Name())))
+		s, err := journal.Recover(f, sharedTargets{targets{r.rootfd}}, r.log.With(zap.String("node", e.Name())))
 		f.Close()
 		if err != nil {
-			return err
+			return sum, err
 		}
+		sum.Add(s)
 	}
-	return nil
+	return sum, nil
+}
+
+// hasNodes reports whether cluster daemons ever served BACKING.
+func (r *root) hasNodes() bool {
+	_, err := statAt(int(r.internal.Fd()), nodesDir)
+	return err == nil
 }
 
 // enterNode makes .safefs/nodes/NODE the internal directory.

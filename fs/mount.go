@@ -102,7 +102,15 @@ func Recover(backing string, o Options) (journal.Summary, error) {
 // the cluster locks of the files its records name.
 func (r *root) recover() (journal.Summary, error) {
 	if !r.clustered() {
-		return journal.Recover(r.internal, targets{r.rootfd}, r.log)
+		sum, err := journal.Recover(r.internal, targets{r.rootfd}, r.log)
+		if err != nil || !r.hasNodes() {
+			return sum, err
+		}
+		// A plain daemon holds BACKING alone: no node runs, and the
+		// commits cut off when the cluster last served it are settled.
+		nodes, err := r.recoverNodes()
+		sum.Add(nodes)
+		return sum, err
 	}
 	r.locks = r.newLocks()
 	t := &clusterTargets{targets: targets{r.rootfd}, r: r}

@@ -11,3 +11,13 @@ type Summary struct {
 	// a journal write (its commit had not begun); not refused.
 	Torn int
 }
+
+// Add counts o in s: recoveries of several journals (cluster nodes).
+func (s *Summary) Add(o Summary) {
+	s.Records += o.Records
+	s.Completed += o.Completed
+	s.RolledBack += o.RolledBack
+	s.Orphans += o.Orphans
+	s.Refused += o.Refused
+	s.Torn += o.Torn
+}

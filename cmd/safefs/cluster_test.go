@@ -429,3 +429,35 @@ func TestClusterStatus(t *testing.T) {
 		assert.Contains(t, r.stderr, fmt.Sprintf("node n%d at %s", i+1, mnt))
 	}
 }
+
+// A node killed in a commit, then no cluster daemon at all: `safefs
+// recover BACKING` settles the node's journal (and so does a plain
+// daemon's mount): the staging file goes, the file is whole.
+func TestClusterRecoverNodesWithoutCluster(t *testing.T) {
+	clusterPrereqs(t)
+	e := startEtcd(t)
+	backing := tempDir(t)
+	require.NoError(t, os.WriteFile(filepath.Join(backing, "doc"), []byte("old\n"), 0o644))
+	p1, m1 := startNode(t, e, backing, "n1", stopEnv+"=replace-before-rename")
+	w1 := commitPerl(t, "replace", filepath.Join(m1, "doc"), []byte("lost\n"), "")
+	waitLine(t, p1.proc, "stop point reached")
+	require.NoError(t, p1.cmd.Process.Kill())
+	waitKilled(t, p1)
+	detach(t, m1)
+	w1.wait(t)
+	staging := filepath.Join(backing, ".safefs", "nodes", "n1", "staging")
+	left, err := os.ReadDir(staging)
+	require.NoError(t, err)
+	require.Len(t, left, 1, "the killed commit's staging file")
+
+	s := recoverBacking(t, backing)
+	assert.Equal(t, 1, s.Records, "the node's record")
+	assert.Equal(t, 1, s.RolledBack, "its replace, not renamed yet")
+	left, err = os.ReadDir(staging)
+	require.NoError(t, err)
+	require.Empty(t, left)
+	got, err := os.ReadFile(filepath.Join(backing, "doc"))
+	require.NoError(t, err)
+	require.Equal(t, "old\n", string(got))
+	assert.Equal(t, 0, recoverBacking(t, backing).Records, "recovered twice")
+}

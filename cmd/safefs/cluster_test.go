@@ -209,8 +209,11 @@ func TestClusterStoppedPastTTLDoesNotPublish(t *testing.T) {
 	p1, m1 := startNode(t, e, backing, "n1", stopEnv+"=replace-before-rename")
 	p2, m2 := startNode(t, e, backing, "n2")
 	t.Cleanup(func() {
-		if t.Failed() { // one CI run of four failed here: see the daemons' side
-			t.Logf("n1's log:\n%s\nn2's log:\n%s", p1.out, p2.out)
+		if t.Failed() { // one CI run of five failed here: see the daemons' side
+			doc, _ := os.ReadFile(filepath.Join(backing, "doc"))
+			kept, _ := os.ReadDir(filepath.Join(backing, ".safefs", "nodes", "n1", "rejected"))
+			t.Logf("doc now starts %.20q; n1's rejected/ holds %d; n1's log:\n%s\nn2's log:\n%s",
+				doc, len(kept), p1.out, p2.out)
 		}
 	})
 	require.NoError(t, os.WriteFile(filepath.Join(backing, "doc"), []byte("old\n"), 0o644))

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"net/url"
 	"slices"
 
@@ -56,16 +55,12 @@ func (b *locks) Lock(ctx context.Context, tag any, keys ...lockmgr.Key) (lockmgr
 // localKeys are the keys' IDs and their names, hashed: two logical
 // files of this daemon can have one path (a name looked up again after
 // another daemon's commit), and one session must not take one etcd
-// mutex twice. Names have the top bit set, which no ID has (inode
-// numbers and safefs's synthetic ones are below 2^63); a collision only
-// serializes two files.
+// mutex twice (lockmgr.NameID).
 func localKeys(keys []lockmgr.Key) []uint64 {
 	out := lockmgr.IDs(keys)
 	for _, k := range keys {
 		if k.Name != "" {
-			h := fnv.New64a()
-			h.Write([]byte(k.Name))
-			out = append(out, h.Sum64()|1<<63)
+			out = append(out, lockmgr.NameID(k.Name))
 		}
 	}
 	return out

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"hash/fnv"
 	"sync"
 	"time"
 
@@ -150,13 +149,11 @@ func (n *Node) rmwClusterLock(s *rmw.Session) bool {
 }
 
 // rmwLockKey is the cluster lock of the sessions of path: a name no
-// file's commit lock has, and as local ID the hash the cluster backend
-// gives that name anyway (top bit set: no inode number has it).
+// file's commit lock has, and as local ID the one the cluster backend
+// gives that name anyway.
 func rmwLockKey(path string) lockmgr.Key {
 	name := "\x00rmw/" + path
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return lockmgr.Key{ID: h.Sum64() | 1<<63, Name: name}
+	return lockmgr.Key{ID: lockmgr.NameID(name), Name: name}
 }
 
 // rmwSelected reports whether thread tid's opens of n take sessions,

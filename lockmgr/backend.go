@@ -1,6 +1,9 @@
 package lockmgr
 
-import "context"
+import (
+	"context"
+	"hash/fnv"
+)
 
 // Key names one lock. ID is the logical file within one daemon (the
 // in-process manager's key); Name is the same file for every daemon of
@@ -66,4 +69,13 @@ func IDs(keys []Key) []uint64 {
 		out[i] = k.ID
 	}
 	return out
+}
+
+// NameID is the local lock ID of a key name: its hash with the top bit
+// set, which no ID has (inode numbers and safefs's synthetic ones are
+// below 2^63); a collision only serializes two keys.
+func NameID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64() | 1<<63
 }

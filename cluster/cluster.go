@@ -140,23 +140,23 @@ func (c *Conn) session(ctx context.Context) (*concurrency.Session, error) {
 	return s, nil
 }
 
-// alive renews s's lease once and returns how long it is sure to live:
-// the server renewed it after the request was sent, so it lives at
-// least TTL from then. ErrFenced if the lease is gone, ErrUnavailable
-// if etcd did not answer within callTimeout.
-func (c *Conn) alive(s *concurrency.Session) (time.Duration, error) {
+// alive renews s's lease once and returns until when it is sure to
+// live: the server renewed it after the request was sent, so it lives
+// at least TTL from then. ErrFenced if the lease is gone,
+// ErrUnavailable if etcd did not answer within callTimeout.
+func (c *Conn) alive(s *concurrency.Session) (time.Time, error) {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	resp, err := c.client.KeepAliveOnce(ctx, s.Lease())
 	if err != nil {
 		if isLeaseGone(err) {
-			return 0, ErrFenced
+			return time.Time{}, ErrFenced
 		}
-		return 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return time.Time{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if resp.TTL <= 0 {
-		return 0, ErrFenced
+		return time.Time{}, ErrFenced
 	}
 	until := sent.Add(time.Duration(resp.TTL) * time.Second)
 	c.mu.Lock()
@@ -164,8 +164,12 @@ func (c *Conn) alive(s *concurrency.Session) (time.Duration, error) {
 		c.sure, c.sureOf = until.UnixNano(), s.Lease()
 	}
 	c.mu.Unlock()
-	return time.Until(until), nil
+	return until, nil
 }
+
+// margin is how long a lease must still be sure to live when a commit
+// publishes: half the TTL, for clock rates and the publishing step.
+func (c *Conn) margin() time.Duration { return c.cfg.LeaseTTL / 2 }
 
 // lostIfPast: etcd did not answer, so the lease's fate is unknown; past
 // the time it was last known to live (less the margin), the lock must

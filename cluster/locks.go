@@ -3,8 +3,10 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -108,6 +110,9 @@ type held struct {
 	mus   []*mutex
 	token int64
 	vers  map[string]string // ver keys read under the lock
+	// until is when the lease is sure to end, from Fence's renewal:
+	// from then on Check fails once fewer than margin is left.
+	until time.Time
 }
 
 // lock takes the etcd mutexes. The names' published versions are read
@@ -178,8 +183,11 @@ func (h *held) Check() error {
 	case <-h.s.Done():
 		return ErrFenced
 	default:
-		return nil
 	}
+	if !h.until.IsZero() && time.Until(h.until) < h.c.margin() {
+		return ErrFenced
+	}
+	return nil
 }
 
 func (h *held) Token() int64 { return h.token }
@@ -191,21 +199,21 @@ func (h *held) Version(name string) string { return h.vers[name] }
 // Fence renews the lease and checks it will outlive the publishing
 // step by a margin (half the TTL); then, in one transaction that holds
 // only while every mutex is still ours, records version for name ("":
-// nothing). Either failing: ErrFenced (or ErrUnavailable).
+// nothing). The margin is checked again once the answer is in: a
+// daemon paused while its request was on the way gets a late "yes"
+// about a lock it may no longer hold. Any failing: ErrFenced (or
+// ErrUnavailable while the lease is sure to live).
 func (h *held) Fence(name, version string) error {
+	h.until = time.Time{}
 	if err := h.Check(); err != nil {
 		return err
 	}
-	margin := h.c.cfg.LeaseTTL / 2
-	left, err := h.c.alive(h.s)
+	until, err := h.c.alive(h.s)
 	if errors.Is(err, ErrUnavailable) {
-		return h.c.lostIfPast(h.s, err, margin)
+		return h.c.lostIfPast(h.s, err, h.c.margin())
 	}
 	if err != nil {
 		return err
-	}
-	if left < margin {
-		return ErrFenced
 	}
 	var cmps []clientv3.Cmp
 	for _, mu := range h.mus {
@@ -215,16 +223,23 @@ func (h *held) Fence(name, version string) error {
 	if name != "" && version != "" {
 		ops = append(ops, clientv3.OpPut(h.c.verKey(name), version))
 	}
+	h.until = until
+	if err := h.Check(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	resp, err := h.c.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return unavailable(err)
+		if isLeaseGone(err) {
+			return ErrFenced
+		}
+		return h.c.lostIfPast(h.s, fmt.Errorf("%w: %v", ErrUnavailable, err), h.c.margin())
 	}
 	if !resp.Succeeded {
 		return ErrFenced
 	}
-	return nil
+	return h.Check()
 }
 
 // Release deletes the mutex keys, then frees the local grant. A key

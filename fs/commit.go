@@ -199,6 +199,12 @@ func (h *handle) commitReplace(g grant, v named) error {
 	if err := g.fence(version(st.Ino, v.st.Ino)); err != nil {
 		return err
 	}
+	// A daemon paused right after its fence must not publish on waking
+	// (a stop point for tests only: no durable step since the last one).
+	r.crash("replace-fenced")
+	if err := g.Check(); err != nil {
+		return err
+	}
 	r.ids.alias(h.n.f, keyOf(&st))
 	if err := renameAt(r.stagingfd, h.stageNm, v.dir, v.nm, 0); err != nil {
 		r.ids.unalias(h.n.f, keyOf(&st))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -51,12 +52,13 @@ type root struct {
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests
-// (SAFEFS_CRASH_AT=<point> in the daemon's environment).
+// (SAFEFS_CRASH_AT=<point> in the daemon's environment), or stops it
+// (SAFEFS_STOP_AT; also at points that are not in CrashPoints).
 func (r *root) crash(point string) {
 	if r.stopAt == point {
 		r.log.Warn("stop point reached: SIGSTOP", zap.String("point", point))
 		_ = r.log.Sync()
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		stopHere()
 	}
 	if r.crashAt == point {
 		r.log.Warn("crash point reached: SIGKILL", zap.String("point", point))
@@ -64,6 +66,17 @@ func (r *root) crash(point string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
+}
+
+// stopHere stops the daemon before this goroutine runs on. A SIGSTOP
+// sent to the process reaches some thread, which then stops the others:
+// this one could still make the next step (a test saw it send its fence
+// request first). Sent to this thread, the stop takes it on its way
+// back from the system call.
+func stopHere() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = unix.Tgkill(os.Getpid(), unix.Gettid(), syscall.SIGSTOP)
 }
 
 // CrashPoints are the steps of a commit where SAFEFS_CRASH_AT can kill

@@ -198,25 +198,24 @@ func rejectedFiles(t *testing.T, backing, node string) []string {
 
 const stopEnv = "SAFEFS_STOP_AT"
 
-// A daemon stopped (SIGSTOP) at the step before its rename, past its
-// lease's TTL: another daemon commits the file meanwhile, and when the
-// stopped one goes on its commit does not publish: the writer gets
-// ESTALE and the bytes are in its rejected/.
+// A daemon SIGSTOPped mid-commit past its lease, then SIGCONTed: its
+// commit does not publish over what another daemon committed meanwhile,
+// whether it was stopped before its fence (the lease is gone) or right
+// after it (the fence's answer is too old to rely on).
 func TestClusterStoppedPastTTLDoesNotPublish(t *testing.T) {
-	if os.Getenv("SAFEFS_TEST_KNOWN_BUGS") == "" {
-		// A known safety bug, not a flaky test: under load (fs and testfs
-		// running beside it) about 2 runs in 25 publish the stopped
-		// daemon's stale version (README, limitations). Until it is fixed
-		// it runs only when asked, so that CI can judge everything else.
-		t.Skip("known bug: fencing fails under load (README: cluster mode is not yet safe); SAFEFS_TEST_KNOWN_BUGS=1 runs it")
+	for _, point := range []string{"replace-before-rename", "replace-fenced"} {
+		t.Run(point, func(t *testing.T) { stoppedPastTTL(t, point) })
 	}
+}
+
+func stoppedPastTTL(t *testing.T, point string) {
 	clusterPrereqs(t)
 	e := startEtcd(t)
 	backing := tempDir(t)
-	p1, m1 := startNode(t, e, backing, "n1", stopEnv+"=replace-before-rename")
+	p1, m1 := startNode(t, e, backing, "n1", stopEnv+"="+point)
 	p2, m2 := startNode(t, e, backing, "n2")
 	t.Cleanup(func() {
-		if t.Failed() { // one CI run of five failed here: see the daemons' side
+		if t.Failed() {
 			doc, _ := os.ReadFile(filepath.Join(backing, "doc"))
 			kept, _ := os.ReadDir(filepath.Join(backing, ".safefs", "nodes", "n1", "rejected"))
 			t.Logf("doc now starts %.20q; n1's rejected/ holds %d; n1's log:\n%s\nn2's log:\n%s",

@@ -88,3 +88,42 @@ func TestAttrCacheBackingChangeShows(t *testing.T) {
 	}
 	t.Fatalf("5 s after a change in BACKING the mount still says size %s", strconv.FormatInt(size, 10))
 }
+
+// A writer that has not written yet sees the committed attributes, so
+// they stay cached (a script's `open >>`, fstat, seek to the end); its
+// first write must end that: from then on its fstat gives its pending
+// size and another process's stat the committed one.
+func TestAttrCacheWriterBeforeAndAfterFirstWrite(t *testing.T) {
+	m := testfs.New(t)
+	p := m.Path("log")
+	require.NoError(t, os.WriteFile(p, []byte("12345"), 0o644))
+	statOther := func() string {
+		out, err := exec.Command("stat", "-c", "%s", p).Output()
+		require.NoError(t, err)
+		return strings.TrimSpace(string(out))
+	}
+	for round := range 20 {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		require.NoError(t, err)
+		// Closed before the unmount if an assertion fails: a descriptor
+		// left open would be flushed at exit to a server already gone.
+		t.Cleanup(func() { f.Close() })
+		committed := int64(5 + 3*round)
+		for range 3 { // both views agree: cached for all
+			fi, err := f.Stat()
+			require.NoError(t, err)
+			require.Equal(t, committed, fi.Size(), "round %d: the writer before writing", round)
+			require.Equal(t, strconv.FormatInt(committed, 10), statOther(), "round %d", round)
+		}
+		_, err = f.Write([]byte("abc"))
+		require.NoError(t, err)
+		for range 3 {
+			fi, err := f.Stat()
+			require.NoError(t, err)
+			require.Equal(t, committed+3, fi.Size(), "round %d: the writer's fstat after its write", round)
+			require.Equal(t, strconv.FormatInt(committed, 10), statOther(), "round %d: another process sees pending bytes", round)
+		}
+		require.NoError(t, f.Close())
+		require.Equal(t, strconv.FormatInt(committed+3, 10), statOther(), "round %d: after the close", round)
+	}
+}

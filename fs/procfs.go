@@ -97,11 +97,27 @@ func procArgs(pid uint32) []string {
 // tgidOf returns the process (thread group) of thread pid: FUSE sends
 // the calling thread's id. 0 when it cannot be told.
 func tgidOf(pid uint32) uint32 {
+	if pid != 0 && isLeader(pid) {
+		return pid
+	}
 	n, err := strconv.ParseUint(procStatus(pid, "Tgid"), 10, 32)
 	if err != nil {
 		return 0
 	}
 	return uint32(n)
+}
+
+// isLeader reports whether pid leads its thread group (tgid == pid),
+// the common case of a single-threaded script: pidfd_open refuses any
+// other thread (EINVAL). Two calls that never block, where reading
+// /proc/<pid>/status renders a page of text on every open.
+func isLeader(pid uint32) bool {
+	fd, err := unix.PidfdOpen(int(pid), 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }
 
 // procStatus returns one field of /proc/<pid>/status, "" if unknown.

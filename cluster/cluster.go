@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -91,7 +93,7 @@ func Connect(ctx context.Context, cfg Config, log *zap.Logger) (*Conn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second})}})
 	if err != nil {
-		return nil, classify(err)
+		return nil, cfg.explain(classify(err))
 	}
 	cfg.Password = ""
 	c := &Conn{cfg: cfg, ttl: int(math.Ceil(cfg.LeaseTTL.Seconds())), client: cli, log: log}
@@ -100,7 +102,7 @@ func Connect(ctx context.Context, cfg Config, log *zap.Logger) (*Conn, error) {
 	s, err := c.newSession(ctx)
 	if err != nil {
 		cli.Close()
-		return nil, classify(err)
+		return nil, cfg.explain(classify(err))
 	}
 	c.sess = s
 	if err := c.mayUse(ctx); err != nil {
@@ -131,6 +133,45 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// explain adds to ErrUnavailable over TLS what a handshake with the
+// first endpoint says: gRPC only says that it could not connect.
+func (cfg Config) explain(err error) error {
+	if cfg.TLS == nil || !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if p := tlsProblem(cfg.Endpoints[0], cfg.TLS); p != nil {
+		return fmt.Errorf("%w (TLS with %s: %v)", err, cfg.Endpoints[0], p)
+	}
+	return err
+}
+
+// tlsProblem is the error of a TLS handshake with ep, or nil. A refused
+// client certificate shows only at the first read (TLS 1.3); a read that
+// times out or gets data means the handshake was fine.
+func tlsProblem(ep string, cfg *tls.Config) error {
+	u, err := url.Parse(ep)
+	if err != nil || u.Scheme != "https" {
+		return nil
+	}
+	c := cfg.Clone()
+	if c.ServerName == "" {
+		c.ServerName = u.Hostname()
+	}
+	c.NextProtos = []string{"h2"}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", u.Host, c)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = conn.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		return nil
+	}
+	return err
 }
 
 // Client is the etcd client.

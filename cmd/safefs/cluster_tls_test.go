@@ -35,14 +35,14 @@ import (
 // certificate, as PEM files in a temp dir.
 type testPKI struct {
 	dir                    string
-	ca, caKey              string // files
+	ca                     string // files
 	server, serverKey      string
 	client, clientKey      string
 	caCert                 *x509.Certificate
 	caPriv                 *ecdsa.PrivateKey
 	serial                 int64
 	clientTLS              *tls.Config // for the test's own etcd client
-	otherCA, otherCAKey    string      // a CA that signed none of them
+	otherCA                string      // a CA that signed none of them
 	garbage, missing, aDir string
 }
 
@@ -50,11 +50,11 @@ func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
 	p := &testPKI{dir: t.TempDir()}
 	p.caCert, p.caPriv = p.newCA(t, "ca")
-	p.ca, p.caKey = p.path("ca.pem"), p.path("ca-key.pem")
+	p.ca = p.path("ca.pem")
 	p.server, p.serverKey = p.issue(t, "server", x509.ExtKeyUsageServerAuth)
 	p.client, p.clientKey = p.issue(t, "client", x509.ExtKeyUsageClientAuth)
 	p.newCA(t, "other")
-	p.otherCA, p.otherCAKey = p.path("other.pem"), p.path("other-key.pem")
+	p.otherCA = p.path("other.pem")
 	p.garbage, p.missing, p.aDir = p.path("garbage.pem"), p.path("missing.pem"), p.dir
 	require.NoError(t, os.WriteFile(p.garbage, []byte("not a certificate\n"), 0o644))
 	pair, err := tls.LoadX509KeyPair(p.client, p.clientKey)
@@ -224,15 +224,16 @@ func TestClusterTLS(t *testing.T) {
 	appendFromBoth(t, backing, []string{m1, m2})
 
 	mnt := tempDir(t)
-	for _, c := range []struct{ name, opts string }{
-		{"no client certificate", "etcd_cacert=" + p.ca},
-		{"wrong CA", strings.Join(p.tlsOpts(p.otherCA), ",")},
-		{"system roots", "etcd_cert=" + p.client + ",etcd_key=" + p.clientKey},
+	for _, c := range []struct{ name, opts, why string }{
+		{"no client certificate", "etcd_cacert=" + p.ca, "certificate required"},
+		{"wrong CA", strings.Join(p.tlsOpts(p.otherCA), ","), "unknown authority"},
+		{"system roots", "etcd_cert=" + p.client + ",etcd_key=" + p.clientKey, "unknown authority"},
 	} {
 		r := runSafefs(t, nil, "mount", "-o", clusterOpts(e, "n3", c.opts), backing, mnt)
 		require.Equal(t, exitCluster, r.code, "%s: %s", c.name, r.stderr)
 		require.Contains(t, r.stderr, "cannot be reached", c.name)
 		require.Contains(t, r.stderr, "over TLS", c.name)
+		require.Contains(t, r.stderr, c.why, c.name)
 		_, mounted := mountType(t, mnt)
 		require.False(t, mounted, c.name)
 	}

@@ -224,6 +224,7 @@ func TestClusterTLS(t *testing.T) {
 	appendFromBoth(t, backing, []string{m1, m2})
 
 	mnt := tempDir(t)
+	t.Cleanup(func() { unmountIfMounted(t, mnt) }) // a refusal that failed
 	for _, c := range []struct{ name, opts, why string }{
 		{"no client certificate", "etcd_cacert=" + p.ca, "tls: (bad certificate|certificate required)"}, // TLS 1.2, 1.3
 		{"wrong CA", strings.Join(p.tlsOpts(p.otherCA), ","), "unknown authority"},
@@ -319,6 +320,7 @@ func TestClusterAuth(t *testing.T) {
 	require.Equal(t, exitOK, st.code, st.stderr)
 
 	other := tempDir(t)
+	t.Cleanup(func() { unmountIfMounted(t, other) }) // a refusal that failed
 	cases := []struct {
 		name string
 		opts []string

@@ -6,9 +6,12 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -27,6 +30,10 @@ var (
 	// ErrFenced: the daemon's lease expired (or has too little time
 	// left) before a commit published: it must not publish (ESTALE).
 	ErrFenced = errors.New("cluster: lease lost before publishing")
+	// ErrRefused: etcd answered but refused this daemon: wrong user or
+	// password, no user where etcd wants one, or no permission on the
+	// cluster's keys. Retrying does not help.
+	ErrRefused = errors.New("cluster: etcd refused the credentials")
 )
 
 // DefaultLeaseTTL is lease_ttl's default.
@@ -42,6 +49,9 @@ type Config struct {
 	Name      string // key prefix /safefs/NAME/
 	Node      string // this daemon's name in the cluster
 	LeaseTTL  time.Duration
+	TLS       *tls.Config // nil: plain text (http:// endpoints)
+	Username  string      // "": no etcd authentication
+	Password  string      // dropped once connected: Config() never shows it
 }
 
 // Conn is a daemon's connection: the client and its current session.
@@ -62,7 +72,8 @@ type Conn struct {
 // Connect dials etcd and starts a lease kept alive in the background.
 // It fails (ErrUnavailable) if etcd does not answer within ctx or a few
 // seconds, so a mount with etcd down is refused rather than served
-// without cluster locks.
+// without cluster locks, and ErrRefused if etcd refuses the user or its
+// use of /safefs/NAME/.
 func Connect(ctx context.Context, cfg Config, log *zap.Logger) (*Conn, error) {
 	if len(cfg.Endpoints) == 0 || cfg.Name == "" || cfg.Node == "" {
 		return nil, errors.New("cluster: endpoints, name and node are required")
@@ -74,6 +85,7 @@ func Connect(ctx context.Context, cfg Config, log *zap.Logger) (*Conn, error) {
 		log = zap.NewNop()
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 3 * time.Second,
+		TLS: cfg.TLS, Username: cfg.Username, Password: cfg.Password,
 		Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)),
 		// Reconnect within a second of etcd's return (gRPC's default
 		// backoff grows to two minutes): commits resume at once.
@@ -81,16 +93,85 @@ func Connect(ctx context.Context, cfg Config, log *zap.Logger) (*Conn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second})}})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return nil, cfg.explain(classify(err))
 	}
+	cfg.Password = ""
 	c := &Conn{cfg: cfg, ttl: int(math.Ceil(cfg.LeaseTTL.Seconds())), client: cli, log: log}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := c.session(ctx); err != nil {
+	s, err := c.newSession(ctx)
+	if err != nil {
 		cli.Close()
-		return nil, err
+		return nil, cfg.explain(classify(err))
+	}
+	c.sess = s
+	if err := c.mayUse(ctx); err != nil {
+		c.Close()
+		return nil, classify(err)
 	}
 	return c, nil
+}
+
+// mayUse checks that this daemon may read and write its cluster's keys,
+// so that a user without the permission is refused at mount rather than
+// at every commit. The transaction's condition is never true: etcd
+// checks the permissions of both branches and writes nothing.
+func (c *Conn) mayUse(ctx context.Context) error {
+	never := clientv3.Compare(clientv3.Version(c.Prefix()), "<", 0)
+	_, err := c.client.Txn(ctx).If(never).
+		Then(clientv3.OpPut(c.Prefix(), "")).
+		Else(clientv3.OpGet(c.Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+	return err
+}
+
+// classify tells a refusal by etcd (ErrRefused) from etcd not answering
+// (ErrUnavailable).
+func classify(err error) error {
+	switch rpctypes.Error(err) {
+	case rpctypes.ErrAuthFailed, rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty,
+		rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthOldRevision:
+		return fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// explain adds to ErrUnavailable over TLS what a handshake with the
+// first endpoint says: gRPC only says that it could not connect.
+func (cfg Config) explain(err error) error {
+	if cfg.TLS == nil || !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if p := tlsProblem(cfg.Endpoints[0], cfg.TLS); p != nil {
+		return fmt.Errorf("%w (TLS with %s: %v)", err, cfg.Endpoints[0], p)
+	}
+	return err
+}
+
+// tlsProblem is the error of a TLS handshake with ep, or nil. A refused
+// client certificate shows only at the first read (TLS 1.3); a read that
+// times out or gets data means the handshake was fine.
+func tlsProblem(ep string, cfg *tls.Config) error {
+	u, err := url.Parse(ep)
+	if err != nil || u.Scheme != "https" {
+		return nil
+	}
+	c := cfg.Clone()
+	if c.ServerName == "" {
+		c.ServerName = u.Hostname()
+	}
+	c.NextProtos = []string{"h2"}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", u.Host, c)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = conn.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		return nil
+	}
+	return err
 }
 
 // Client is the etcd client.
@@ -128,16 +209,21 @@ func (c *Conn) session(ctx context.Context) (*concurrency.Session, error) {
 			return c.sess, nil
 		}
 	}
-	g, err := c.client.Grant(ctx, int64(c.ttl))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	s, err := concurrency.NewSession(c.client, concurrency.WithLease(g.ID), concurrency.WithTTL(c.ttl))
+	s, err := c.newSession(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	c.sess = s
 	return s, nil
+}
+
+// newSession grants a lease and keeps it alive; errors are etcd's own.
+func (c *Conn) newSession(ctx context.Context) (*concurrency.Session, error) {
+	g, err := c.client.Grant(ctx, int64(c.ttl))
+	if err != nil {
+		return nil, err
+	}
+	return concurrency.NewSession(c.client, concurrency.WithLease(g.ID), concurrency.WithTTL(c.ttl))
 }
 
 // alive renews s's lease once and returns until when it is sure to

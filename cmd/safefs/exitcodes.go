@@ -25,6 +25,9 @@ const (
 	exitStatusDenied = 12
 	// cluster=etcd: etcd cannot be reached at mount; nothing is mounted.
 	exitCluster = 13
+	// cluster=etcd: etcd answered but refused this daemon's user or
+	// password, or its use of /safefs/NAME/; nothing is mounted.
+	exitClusterRefused = 14
 )
 
 // exitCodeHelp is the table printed by `safefs --help`.
@@ -46,6 +49,7 @@ var exitCodeHelp = []struct {
 	{exitNotSafefs, "status: not a safefs mount or BACKING (no daemon answers)"},
 	{exitStatusDenied, "status: permission denied (root only)"},
 	{exitCluster, "cluster=etcd: etcd cannot be reached; nothing is mounted"},
+	{exitClusterRefused, "cluster=etcd: etcd refused the user or password; nothing is mounted"},
 }
 
 // exitError is an error that run reports with a specific exit code.

@@ -95,6 +95,21 @@ var mountOptions = []mountOption{
 	{name: "etcd", value: "URL[+URL...]", help: "etcd endpoints for cluster=etcd ('+' separates several, as ',' separates options)",
 		show: func(c mountConfig) string { return orNone(strings.Join(c.cluster.endpoints, "+")) },
 		set:  setEtcd},
+	{name: "etcd_cacert", value: "FILE", help: "CA certificates (PEM) that etcd's server certificate must chain to; https:// endpoints without it use the system's",
+		show: func(c mountConfig) string { return orNone(c.cluster.auth.cacert) },
+		set:  setFile(func(c *mountConfig) *string { return &c.cluster.auth.cacert })},
+	{name: "etcd_cert", value: "FILE", help: "client certificate (PEM) shown to etcd over https://; needs etcd_key",
+		show: func(c mountConfig) string { return orNone(c.cluster.auth.cert) },
+		set:  setFile(func(c *mountConfig) *string { return &c.cluster.auth.cert })},
+	{name: "etcd_key", value: "FILE", help: "private key (PEM) of etcd_cert",
+		show: func(c mountConfig) string { return orNone(c.cluster.auth.key) },
+		set:  setFile(func(c *mountConfig) *string { return &c.cluster.auth.key })},
+	{name: "etcd_user", value: "NAME", help: "etcd user (etcd with authentication on); needs etcd_password_file",
+		show: func(c mountConfig) string { return orNone(c.cluster.auth.user) },
+		set:  setEtcdUser},
+	{name: "etcd_password_file", value: "FILE", help: "file holding etcd_user's password on one line; refused if group or others may read it (chmod 600)",
+		show: func(c mountConfig) string { return orNone(c.cluster.auth.passwordFile) },
+		set:  setFile(func(c *mountConfig) *string { return &c.cluster.auth.passwordFile })},
 	{name: "cluster_name", value: "NAME", help: "the cluster's name: its etcd keys are below /safefs/NAME/; every daemon of one BACKING uses the same",
 		show: func(c mountConfig) string { return c.cluster.name },
 		set:  setClusterName},
@@ -384,5 +399,6 @@ func parseMountArgs(args []string) (mountArgs, error) {
 		return a, failf(exitUsage, "mount needs BACKING and MOUNTPOINT, got %d arguments (see safefs mount --help)", len(pos))
 	}
 	a.backing, a.mountpoint = pos[0], pos[1]
-	return a, a.cfg.cluster.check()
+	err := a.cfg.cluster.check()
+	return a, err
 }

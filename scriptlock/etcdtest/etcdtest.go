@@ -4,6 +4,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -23,11 +24,29 @@ type Server struct {
 	log  string
 	cmd  *exec.Cmd
 	done chan struct{} // closed when etcd has exited
+	tls  *tls.Config   // how ready and Client connect; nil: http
+}
+
+// TLS makes etcd serve https: its certificate and key, and with
+// ClientCertAuth it wants client certificates signed by TrustedCA.
+// Client is what the test's own clients (readiness, Client) use.
+type TLS struct {
+	CertFile, KeyFile string
+	TrustedCAFile     string
+	ClientCertAuth    bool
+	Client            *tls.Config
 }
 
 // Start starts etcd for t and stops it at t's cleanup. Without the
 // binary the test is skipped, or fails under CI=true.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartTLS(t, nil)
+}
+
+// StartTLS is Start with https client URLs (peers stay http); nil is
+// Start.
+func StartTLS(t testing.TB, cfg *TLS) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -37,7 +56,7 @@ func Start(t testing.TB) *Server {
 		t.Skip("etcd not installed (apt-get install etcd-server)")
 	}
 	for try := 0; ; try++ {
-		s, err := start(t, bin)
+		s, err := start(t, bin, cfg)
 		if err == nil {
 			return s
 		}
@@ -47,14 +66,26 @@ func Start(t testing.TB) *Server {
 	}
 }
 
-func start(t testing.TB, bin string) (*Server, error) {
+func start(t testing.TB, bin string, cfg *TLS) (*Server, error) {
 	dir := t.TempDir()
 	client, peer := freePort(t), freePort(t)
 	s := &Server{URL: "http://" + client, bin: bin, log: filepath.Join(dir, "log")}
+	if cfg != nil {
+		s.URL, s.tls = "https://"+client, cfg.Client
+	}
 	s.args = []string{"--name", "t", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", s.URL, "--advertise-client-urls", s.URL,
 		"--listen-peer-urls", "http://" + peer, "--initial-advertise-peer-urls", "http://" + peer,
 		"--initial-cluster", "t=http://" + peer, "--logger", "zap", "--log-outputs", s.log}
+	if cfg != nil {
+		s.args = append(s.args, "--cert-file", cfg.CertFile, "--key-file", cfg.KeyFile)
+		if cfg.TrustedCAFile != "" {
+			s.args = append(s.args, "--trusted-ca-file", cfg.TrustedCAFile)
+		}
+		if cfg.ClientCertAuth {
+			s.args = append(s.args, "--client-cert-auth")
+		}
+	}
 	t.Cleanup(func() {
 		if s.cmd != nil {
 			s.Kill()
@@ -102,7 +133,7 @@ func (s *Server) exited() bool {
 }
 
 func (s *Server) ready() error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 5 * time.Second, TLS: s.tls})
 	if err != nil {
 		return err
 	}
@@ -122,10 +153,11 @@ func (s *Server) ready() error {
 	}
 }
 
-// Client returns a client of s, closed at t's cleanup.
+// Client returns a client of s (with StartTLS's Client config), closed
+// at t's cleanup.
 func (s *Server) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 5 * time.Second, TLS: s.tls})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,14 @@ func TestClusterAppendersExact(t *testing.T) {
 		_, mnt := startNode(t, e, backing, node)
 		mnts = append(mnts, mnt)
 	}
-	const perMount, lines = 3, 40
+	appendExact(t, backing, mnts, 3, 40)
+}
+
+// appendExact runs perMount appenders through each mount on one file,
+// lines each, and checks that BACKING has each of their lines exactly
+// once, whole.
+func appendExact(t *testing.T, backing string, mnts []string, perMount, lines int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	outs := make([]string, len(mnts)*perMount)
 	var want []string

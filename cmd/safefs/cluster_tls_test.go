@@ -13,14 +13,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -221,7 +218,7 @@ func TestClusterTLS(t *testing.T) {
 	m1, m2 := nodeMnt(t, "n1"), nodeMnt(t, "n2")
 	startNodeWith(t, e, backing, m1, "n1", p.tlsOpts(p.ca), nil)
 	startNodeWith(t, e, backing, m2, "n2", p.tlsOpts(p.ca), nil)
-	appendFromBoth(t, backing, []string{m1, m2})
+	appendExact(t, backing, []string{m1, m2}, 2, 25)
 
 	mnt := tempDir(t)
 	t.Cleanup(func() { unmountIfMounted(t, mnt) }) // a refusal that failed
@@ -238,33 +235,6 @@ func TestClusterTLS(t *testing.T) {
 		_, mounted := mountType(t, mnt)
 		require.False(t, mounted, c.name)
 	}
-}
-
-// appendFromBoth runs two appenders through each mount on one file and
-// checks that BACKING has each of their lines exactly once.
-func appendFromBoth(t *testing.T, backing string, mnts []string) {
-	t.Helper()
-	const perMount, lines = 2, 25
-	var wg sync.WaitGroup
-	outs := make([]string, len(mnts)*perMount)
-	var want []string
-	for i := range outs {
-		tag := fmt.Sprintf("p%02d", i)
-		for j := 1; j <= lines; j++ {
-			want = append(want, fmt.Sprintf("%s-%04d-%s", tag, j, strings.Repeat("x", 60)))
-		}
-		wg.Go(func() { outs[i] = perl(t, appender, filepath.Join(mnts[i%len(mnts)], "log"), tag, fmt.Sprint(lines)) })
-	}
-	wg.Wait()
-	for i, o := range outs {
-		require.Equal(t, "ok\n", o, "appender %d", i)
-	}
-	data, err := os.ReadFile(filepath.Join(backing, "log"))
-	require.NoError(t, err)
-	got := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	slices.Sort(got)
-	slices.Sort(want)
-	require.Equal(t, want, got)
 }
 
 // enableAuth makes etcd want a user: root, "web" with read and write on

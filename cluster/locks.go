@@ -192,6 +192,8 @@ func (h *held) Check() error {
 
 func (h *held) Token() int64 { return h.token }
 
+func (h *held) Lease() int64 { return int64(h.s.Lease()) }
+
 // Version is what the last commit of name published (see Fence), as
 // read when the lock was taken; "" if none was recorded.
 func (h *held) Version(name string) string { return h.vers[name] }

@@ -115,15 +115,23 @@ func clusterErrno(err error) (error, bool) {
 	return err, false
 }
 
-// grant is a commit's lock and the name it was taken for.
+// grant is a commit's lock, the name it was taken for, and whose commit
+// it is.
 type grant struct {
 	lockmgr.Held
 	name string
+	h    *handle
 }
 
 // fence is the last check before a commit publishes (see Held.Fence);
 // ver is what a replace records for the other daemons ("": nothing).
-func (g grant) fence(ver string) error { return g.Fence(g.name, ver) }
+// The committing process's script locks must still live, too.
+func (g grant) fence(ver string) error {
+	if err := g.Fence(g.name, ver); err != nil {
+		return err
+	}
+	return g.h.scriptLocksLive(g.Lease())
+}
 
 // attrTimeout: in cluster mode attributes are never cached, since
 // another daemon's commit does not invalidate this kernel's cache; an

@@ -37,7 +37,7 @@ func (h *handle) commitLocked() error {
 		return h.reject(err)
 	}
 	defer held.Release()
-	g := grant{held, key.Name}
+	g := grant{held, key.Name, h}
 	base := h.base
 	if h.append {
 		err = h.commitAppend(g)

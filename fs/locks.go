@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/cluster"
 	"github.com/safefs/safefs/scriptlock"
 )
 
@@ -36,8 +38,15 @@ type lockOwner struct {
 // fileLocks is what this daemon holds on one logical file.
 type fileLocks struct {
 	key    string               // the path the first lock was taken at
-	owners map[lockOwner]uint32 // owners holding a range, with their pid
+	owners map[lockOwner]holder // owners holding a range
 	busy   int                  // requests in progress
+}
+
+// holder is who holds an owner's locks: the process, and the lease the
+// lock table tied them to when last granted (0: none).
+type holder struct {
+	pid   uint32
+	lease int64
 }
 
 // lockBook is the daemon's own record of who holds script locks: it
@@ -88,7 +97,7 @@ func (b *lockBook) begin(f *file, path string) *fileLocks {
 	}
 	fl := b.files[f]
 	if fl == nil {
-		fl = &fileLocks{key: path, owners: map[lockOwner]uint32{}}
+		fl = &fileLocks{key: path, owners: map[lockOwner]holder{}}
 		b.files[f] = fl
 	}
 	fl.busy++
@@ -96,11 +105,11 @@ func (b *lockBook) begin(f *file, path string) *fileLocks {
 }
 
 // end records whether o still holds a range of f after a request.
-func (b *lockBook) end(f *file, fl *fileLocks, o lockOwner, pid uint32, held bool) {
+func (b *lockBook) end(f *file, fl *fileLocks, o lockOwner, who holder, held bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if held {
-		fl.owners[o] = pid
+		fl.owners[o] = who
 	} else {
 		delete(fl.owners, o)
 	}
@@ -138,8 +147,25 @@ func (b *lockBook) heldBy(pid uint32) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, fl := range b.files {
-		for _, p := range fl.owners {
-			if p == pid {
+		for _, w := range fl.owners {
+			if w.pid == pid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lostBy reports whether process pid holds a script lock (on any file:
+// scripts often lock a separate lock file) tied to a lease other than
+// lease, the one a commit's lock was just fenced with: that lease ended,
+// and with it the lock, which another host may have taken meanwhile.
+func (b *lockBook) lostBy(pid uint32, lease int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, fl := range b.files {
+		for _, w := range fl.owners {
+			if w.pid == pid && w.lease != lease {
 				return true
 			}
 		}
@@ -227,16 +253,45 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 	}
 	fl := n.r.book.begin(n.f, n.lockPath())
 	before := n.r.book.holds(n.f, o)
+	// Read before the request: a lease changed meanwhile is then seen as
+	// lost (refused at commit), never the other way round.
+	who := holder{pid: lk.Pid, lease: leaseOf(sl)}
 	held, err := sl.Set(ctx, n.lockRequest(fl.key, o, lk), wait)
 	if errors.Is(err, scriptlock.ErrUnavailable) {
 		held = before // unknown: an unlock at close tries again
 	}
-	n.r.book.end(n.f, fl, o, lk.Pid, held)
+	n.r.book.end(n.f, fl, o, who, held)
 	n.noteFcntl(fh, o, held)
 	n.r.log.Debug("script lock", zap.String("key", fl.key), zap.Uint64("owner", o.id), zap.Bool("flock", o.flock),
 		zap.Uint32("type", lk.Typ), zap.Uint32("pid", lk.Pid), zap.Bool("wait", wait), zap.Bool("held", held), zap.Error(err))
 	if err != nil {
 		return n.lockErrno(err)
+	}
+	return 0
+}
+
+// scriptLocksLive refuses (ErrFenced: ESTALE, bytes kept in rejected/)
+// the commit of a process, opener or closer, that holds a script lock
+// tied to a lease other than the one the commit's lock was fenced with:
+// its lock ended with that lease (this host paused or cut off past the
+// TTL), another host may have taken it and committed meanwhile, and
+// what this process writes was decided under a lock it no longer has.
+func (h *handle) scriptLocksLive(lease int64) error {
+	if h.n.r.opts.ScriptLocks == nil {
+		return nil
+	}
+	for _, pid := range []uint32{h.tgid, tgidOf(h.closer)} {
+		if pid != 0 && h.n.r.book.lostBy(pid, lease) {
+			return fmt.Errorf("%w: process %d holds a script lock that ended with an earlier lease", cluster.ErrFenced, pid)
+		}
+	}
+	return nil
+}
+
+// leaseOf is the lease a lock table ties locks to now (0: none).
+func leaseOf(sl scriptlock.Locker) int64 {
+	if l, ok := sl.(interface{ Lease() int64 }); ok {
+		return l.Lease()
 	}
 	return 0
 }

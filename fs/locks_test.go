@@ -12,14 +12,14 @@ func TestLockBookKey(t *testing.T) {
 	f := &file{}
 	o := lockOwner{id: 7}
 	fl := b.begin(f, "old")
-	b.end(f, fl, o, 42, true)
+	b.end(f, fl, o, holder{pid: 42}, true)
 	if !b.holds(f, o) || !b.heldBy(42) {
 		t.Fatal("owner not recorded")
 	}
 	if fl2 := b.begin(f, "new"); fl2.key != "old" {
 		t.Fatalf("key %q while locked, want old", fl2.key)
 	} else {
-		b.end(f, fl2, o, 42, false)
+		b.end(f, fl2, o, holder{pid: 42}, false)
 	}
 	if b.holds(f, o) || b.heldBy(42) || len(b.files) != 0 {
 		t.Fatalf("not forgotten after the last unlock: %+v", b.files)
@@ -68,5 +68,23 @@ func TestLockBookOFD(t *testing.T) {
 	}
 	if len(b.takeVia(h1)) != 0 {
 		t.Fatal("taken twice")
+	}
+}
+
+// A process whose lock was tied to an earlier lease has lost it, on
+// whichever file it is; one tied to the commit's lease, or another
+// process, has not.
+func TestLockBookLostBy(t *testing.T) {
+	var b lockBook
+	lockFile, data := &file{}, &file{}
+	fl := b.begin(lockFile, "counter.lock")
+	b.end(lockFile, fl, lockOwner{id: 1, flock: true}, holder{pid: 42, lease: 7}, true)
+	fl = b.begin(data, "counter")
+	b.end(data, fl, lockOwner{id: 2}, holder{pid: 43, lease: 8}, true)
+	if !b.lostBy(42, 8) {
+		t.Fatal("a lock of lease 7 kept by a commit fenced with lease 8")
+	}
+	if b.lostBy(42, 7) || b.lostBy(43, 8) || b.lostBy(44, 8) {
+		t.Fatal("a live lock, or a process without locks, counted as lost")
 	}
 }

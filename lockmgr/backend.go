@@ -38,6 +38,10 @@ type Held interface {
 	// Token is the fencing token: larger for every later grant of a key
 	// (a cluster backend's lock key revision).
 	Token() int64
+	// Lease is the lock service's lease the grant lives by (0: none, as
+	// for the local backend); script locks taken under another lease
+	// ended with it.
+	Lease() int64
 	Release()
 }
 
@@ -61,6 +65,7 @@ type localHeld struct{ *Grant }
 func (g localHeld) Fence(string, string) error { return g.Check() }
 func (g localHeld) Version(string) string      { return "" }
 func (g localHeld) Token() int64               { return int64(g.Grant.Token()) }
+func (g localHeld) Lease() int64               { return 0 }
 
 // IDs are the keys' IDs, for the in-process manager.
 func IDs(keys []Key) []uint64 {

@@ -36,6 +36,9 @@ func NewEtcd(cli *clientv3.Client, prefix string, lease clientv3.LeaseID, node s
 // previous lease ended (and etcd removed the locks it carried).
 func (t *Table) SetLease(lease clientv3.LeaseID) { t.lease.Store(int64(lease)) }
 
+// Lease is the lease locks taken now carry.
+func (t *Table) Lease() int64 { return t.lease.Load() }
+
 var _ Locker = (*Table)(nil)
 
 // entry is one owner's locks on one file, as stored.

@@ -318,3 +318,44 @@ func TestScriptLocksRename(t *testing.T) {
 	kill(t, h)
 	require.Equal(t, "ok", tryLock(t, "fcntl_nb", lp.mnt[1]), "the lock stayed after its holder's exit")
 }
+
+// A script that wrote under a lock its daemon's lease no longer carries
+// (revoked here; expired after a pause past lease_ttl) must not commit:
+// another host may have taken the lock and committed meanwhile. Its
+// close gets ESTALE, the other host's version stays.
+func TestScriptLocksLostLockDoesNotCommit(t *testing.T) {
+	for _, how := range []string{"flock", "fcntl"} {
+		t.Run(how, func(t *testing.T) { lostLockDoesNotCommit(t, how) })
+	}
+}
+
+func lostLockDoesNotCommit(t *testing.T, how string) {
+	lp := startLockPair(t)
+	goFile := filepath.Join(tempDir(t), "go")
+	p := lockPerl(t, `my ($how, $lk, $data, $go) = @ARGV;
+		open(my $l, '+<', $lk) or die "open: $!"; lockit($l, $how) or die "lock: $!";
+		open(my $d, '>', $data) or die "open data: $!"; print $d "stale\n";
+		print "locked\n";
+		select(undef, undef, undef, 0.05) until -e $go;
+		if (close($d)) { print "close ok\n" } else { print "close err ", $!+0, "\n" }`,
+		how, filepath.Join(lp.mnt[0], "lk"), filepath.Join(lp.mnt[0], "data"), goFile)
+	waitOut(t, p, "locked")
+	cli := lp.etcd.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	held, err := cli.Get(ctx, "/safefs/"+lp.name+"/locks/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, held.Kvs, 1, "the script's lock")
+	_, err = cli.Revoke(ctx, clientv3.LeaseID(held.Kvs[0].Lease)) // daemon 0's
+	require.NoError(t, err)
+	waitLine(t, lp.d[0].proc, "etcd lease renewed")
+	require.Equal(t, "ok\n", perl(t, perlLock+`my ($how, $lk, $data) = @ARGV;
+		open(my $l, '+<', $lk) or die "open: $!"; lockit($l, $how) or die "lock: $!";
+		open(my $d, '>', $data) or die "open data: $!"; print $d "fresh\n"; close($d) or die "close: $!";
+		print "ok\n";`, how, filepath.Join(lp.mnt[1], "lk"), filepath.Join(lp.mnt[1], "data")))
+	require.NoError(t, os.WriteFile(goFile, nil, 0o644))
+	waitOut(t, p, fmt.Sprintf("close err %d", syscall.ESTALE))
+	got, err := os.ReadFile(filepath.Join(lp.mnt[1], "data"))
+	require.NoError(t, err)
+	require.Equal(t, "fresh\n", string(got))
+}

@@ -1,0 +1,87 @@
+package fs_test
+
+// Passthrough for readers (option passthrough=read, issue 10): a reader
+// alone on a file's version is served by the kernel from the backing
+// file; every other open still reads and writes through the daemon.
+// Maps and reads are made in helper processes (see mmap_test.go).
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/fs"
+	"github.com/safefs/safefs/testfs"
+)
+
+// ptSetup mounts safefs with passthrough=read and writes v1 to f.
+func ptSetup(t *testing.T, v1 []byte) (*testfs.Mount, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("passthrough needs root, and CI is set")
+		}
+		t.Skip("passthrough needs root (CAP_SYS_ADMIN)")
+	}
+	m := testfs.New(t, func(o *fs.Options) { o.Passthrough = true })
+	require.NoError(t, os.WriteFile(m.Path("f"), v1, 0o644))
+	ptIdle(t, m)
+	return m, m.Path("f")
+}
+
+// ptIdle waits until the daemon has released every handle: the kernel
+// sends RELEASE after close() returns, and only an open alone on a file
+// starts passthrough.
+func ptIdle(t *testing.T, m *testfs.Mount) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute) // a hang only
+	for m.Gauges().OpenHandles > 0 {
+		require.True(t, time.Now().Before(deadline), "handles still open: %+v", m.Gauges())
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPassthroughReaderAlone: with a writer open, a new reader goes
+// through the daemon (not counted); once the writer is gone, a reader
+// is passed through (counted), and reads the file whole.
+func TestPassthroughReaderAlone(t *testing.T) {
+	v1 := mmVersion('a', 3*mmPage+5)
+	m, path := ptSetup(t, v1)
+	w := mmStartSession(t, path)
+	w.do(t, "open rw")
+	mmEqual(t, v1, mmChild(t, "read", path, nil), "a reader while a writer is open")
+	st := m.Stats()
+	require.Zero(t, st.Passthrough, "a reader was passed through while a writer was open: %+v", st)
+	require.Zero(t, st.PassthroughDirect, "%+v", st)
+	w.do(t, "close")
+	ptIdle(t, m)
+	mmEqual(t, v1, mmChild(t, "read", path, nil), "a reader alone")
+	require.Equal(t, int64(1), m.Stats().Passthrough, "a reader alone was not passed through")
+}
+
+// TestPassthroughReaderKeepsVersion: a passed-through reader's shared
+// read-only map and its read() keep its version across a commit made
+// through the mount by another process (an O_TRUNC rewrite); a new
+// open after the commit reads the new version while the old reader is
+// still open (go-fuse would hand it the first open's backing file: the
+// old version), and so does a new map once the old reader is gone.
+func TestPassthroughReaderKeepsVersion(t *testing.T) {
+	v1, v2 := mmVersion('a', 3*mmPage+100), mmVersion('b', mmPage+7)
+	m, path := ptSetup(t, v1)
+	r := mmStartSession(t, path)
+	r.do(t, "open ro", fmt.Sprint("mapro ", len(v1)), "touch")
+	require.Equal(t, int64(1), m.Stats().Passthrough, "the reader was not passed through")
+	mmChild(t, "write", path, v2)
+	mmEqual(t, v2, mmChild(t, "read", path, nil), "a new open after the commit")
+	mmEqual(t, v2, mmRead(t, m.BackingPath("f")), "BACKING after the commit")
+	mmShows(t, v1, r.do(t, "show"), "the reader's map after the commit")
+	mmShows(t, v1, r.do(t, "read"), "the reader's read() after the commit")
+	r.do(t, "munmap", "close")
+	ptIdle(t, m)
+	mmEqual(t, v2, mmChild(t, "map", path, nil), "a new map once the old reader is gone")
+	mmEqual(t, v2, mmChild(t, "read", path, nil), "a new read once the old reader is gone")
+	require.GreaterOrEqual(t, m.Stats().Passthrough, int64(2), "the new reader alone was not passed through")
+}

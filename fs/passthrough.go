@@ -2,6 +2,9 @@ package fs
 
 import (
 	"context"
+	"encoding/binary"
+	"math/bits"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -72,7 +75,7 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 	defer f.mu.Unlock()
 	mine := !h.write && st.Nlink == 1 && h.first == h.base
 	if f.pt.open == 0 {
-		if !mine || f.pt.mapped || len(f.handles) != 1 || !r.ptRegister(f, h, keyOf(&st)) {
+		if !mine || f.pt.mapped || len(f.handles) != 1 || gdbmFile(h.first) || !r.ptRegister(f, h, keyOf(&st)) {
 			return fuse.FOPEN_DIRECT_IO
 		}
 	}
@@ -134,6 +137,24 @@ func (f *file) ptMapped() {
 	f.mu.Lock()
 	f.pt.mapped = true
 	f.mu.Unlock()
+}
+
+// gdbmFile reports whether f starts with a gdbm magic number (either
+// byte order): gdbm maps its file shared, and a writer that opens while
+// a reader is passed through would map the committed version. A new
+// daemon has not seen such a file mapped (ptFile.mapped) yet.
+func gdbmFile(f *os.File) bool {
+	var b [4]byte
+	if n, _ := unix.Pread(int(f.Fd()), b[:], 0); n < len(b) {
+		return false
+	}
+	v := binary.LittleEndian.Uint32(b[:])
+	for _, m := range []uint32{v, bits.ReverseBytes32(v)} {
+		if m >= 0x13579acd && m <= 0x13579ad1 { // GDBM_MAGIC32 .. GDBM_NUMSYNC_MAGIC64
+			return true
+		}
+	}
+	return false
 }
 
 // ptReply puts the backing ID decided by ptOpen in the OPEN reply.

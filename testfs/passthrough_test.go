@@ -24,6 +24,12 @@ func TestPassthroughDBMReadersAndWriters(t *testing.T) {
 	dir := m.Path("data")
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	require.NoError(t, os.Chown(dir, int(www.Uid), int(www.Gid)))
+	for _, module := range dbmModules { // the databases exist for the readers
+		RunPerl(t, &www, "dbm_counter.pl", module, filepath.Join(dir, "hits_"+module), "1")
+	}
+	// A new daemon has not seen the databases mapped: the first opens
+	// after it are readers, which are passed through.
+	m.Remount(t)
 	t.Run("all", func(t *testing.T) {
 		for _, module := range dbmModules {
 			t.Run(module, func(t *testing.T) {
@@ -38,7 +44,6 @@ func TestPassthroughDBMReadersAndWriters(t *testing.T) {
 
 func ptDBM(t *testing.T, www *Cred, module, file string) {
 	const procs, runs = 4, 100
-	RunPerl(t, www, "dbm_counter.pl", module, file, "1") // the database exists for the readers
 	var ps []Perl
 	for range procs {
 		ps = append(ps, Perl{Script: "dbm_counter.pl", As: www, Args: []string{module, file, strconv.Itoa(runs)}},
@@ -48,4 +53,31 @@ func ptDBM(t *testing.T, www *Cred, module, file string) {
 	hits, own := dbmCounts(t, www, module, file, runs)
 	assert.Equal(t, strconv.Itoa(procs*runs+1), hits, "the counter lost or doubled increments")
 	assert.Equal(t, procs, own, "processes whose own key holds their count")
+}
+
+// TestPassthroughNotForGdbm: a gdbm database is never passed through,
+// even by a new daemon that has not seen it mapped: a writer opening
+// while a reader is passed through would map the reader's version.
+// A plain file read the same way is.
+func TestPassthroughNotForGdbm(t *testing.T) {
+	www := LookupUser(t, "www-data")
+	m := New(t, func(o *fs.Options) { o.Passthrough = true })
+	dir := m.Path("data")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, os.Chown(dir, int(www.Uid), int(www.Gid)))
+	for _, module := range []string{"GDBM_File", "dbmopen"} {
+		RunPerl(t, &www, "dbm_counter.pl", module, filepath.Join(dir, "db_"+module), "1")
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "plain"), []byte("x"), 0o644))
+	m.Remount(t)
+	for _, module := range []string{"GDBM_File", "dbmopen"} {
+		hits, _ := dbmCounts(t, &www, module, filepath.Join(dir, "db_"+module), 1)
+		require.Equal(t, "1", hits, module)
+	}
+	require.Zero(t, m.Stats().Passthrough, "a gdbm database was passed through")
+	_, err := os.ReadFile(filepath.Join(dir, "plain"))
+	require.NoError(t, err)
+	if os.Geteuid() == 0 {
+		require.Equal(t, int64(1), m.Stats().Passthrough, "a plain file was not passed through")
+	}
 }

@@ -108,3 +108,13 @@ func TestPassthroughWriterMapWhileReaderOpen(t *testing.T) {
 	mmShows(t, v1, r.do(t, "read"), "the reader's read() while the writer is open")
 	mmEqual(t, v1, mmChild(t, "read", path, nil), "another process's read while the writer is open")
 }
+
+// TestPassthroughNotHardLinked: a file with several links is committed
+// in place, so its readers are never passed through.
+func TestPassthroughNotHardLinked(t *testing.T) {
+	v1 := mmVersion('a', 100)
+	m, path := ptSetup(t, v1)
+	require.NoError(t, os.Link(path, m.Path("g")))
+	mmEqual(t, v1, mmChild(t, "read", path, nil), "a read of a hard-linked file")
+	require.Zero(t, m.Stats().Passthrough, "a hard-linked file was passed through")
+}

@@ -49,10 +49,14 @@ type ptRoot struct {
 
 // ptFile is a file's passthrough state, under f.mu.
 type ptFile struct {
-	id     int32 // registered backing ID, 0: none
-	key    key   // the version id serves
-	open   int   // handles opened with id, not yet released
-	mapped bool  // a direct-I/O handle had a shared map: start no more
+	id   int32 // registered backing ID, 0: none
+	key  key   // the version id serves
+	open int   // handles opened with id, not yet released
+	// never: start no more passthrough for f. A direct-I/O handle had a
+	// shared map, or an open had to share a reader's backing file (a
+	// writer, or a reader of a newer version: its maps would be the
+	// older version's), so f is mapped or rewritten while read.
+	never bool
 }
 
 // ptOpen decides how h, just opened, is served, and returns the open
@@ -75,7 +79,7 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 	defer f.mu.Unlock()
 	mine := !h.write && st.Nlink == 1 && h.first == h.base
 	if f.pt.open == 0 {
-		if !mine || f.pt.mapped || len(f.handles) != 1 || gdbmFile(h.first) || !r.ptRegister(f, h, keyOf(&st)) {
+		if !mine || f.pt.never || len(f.handles) != 1 || gdbmFile(h.first) || !r.ptRegister(f, h, keyOf(&st)) {
 			return fuse.FOPEN_DIRECT_IO
 		}
 	}
@@ -86,6 +90,7 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 		r.count.passthrough.Add(1)
 		return 0
 	}
+	f.pt.never = true
 	r.count.passthroughDirect.Add(1)
 	return fuse.FOPEN_DIRECT_IO
 }
@@ -135,7 +140,7 @@ func (h *handle) ptRelease() {
 // a writer's map would be the reader's version.
 func (f *file) ptMapped() {
 	f.mu.Lock()
-	f.pt.mapped = true
+	f.pt.never = true
 	f.mu.Unlock()
 }
 

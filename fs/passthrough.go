@@ -27,7 +27,8 @@ import (
 // So the first passthrough open of a file is given only to a reader that
 // is alone on it (no other handle open: the daemon hears RELEASE after
 // the kernel dropped the file, so it never thinks a file gone that the
-// kernel still has). While any passthrough file of it is open, every
+// kernel still has), of a regular file with one link (others commit in
+// place), not a gdbm database, and not marked ptFile.never. While any passthrough file of it is open, every
 // open of it gets the same backing: a reader of that very version reads
 // it directly; any other open (a writer, a reader of another version)
 // also gets FOPEN_DIRECT_IO, so its read and write still come to the

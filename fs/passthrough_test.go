@@ -20,13 +20,20 @@ import (
 // ptSetup mounts safefs with passthrough=read and writes v1 to f.
 func ptSetup(t *testing.T, v1 []byte) (*testfs.Mount, string) {
 	t.Helper()
+	return ptMount(t, true, v1)
+}
+
+// ptMount mounts safefs with passthrough on or off, writes v1 to f, and
+// waits for the writer's release.
+func ptMount(t *testing.T, on bool, v1 []byte) (*testfs.Mount, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" {
 			t.Fatal("passthrough needs root, and CI is set")
 		}
 		t.Skip("passthrough needs root (CAP_SYS_ADMIN)")
 	}
-	m := testfs.New(t, func(o *fs.Options) { o.Passthrough = true })
+	m := testfs.New(t, func(o *fs.Options) { o.Passthrough = on })
 	require.NoError(t, os.WriteFile(m.Path("f"), v1, 0o644))
 	ptIdle(t, m)
 	return m, m.Path("f")
@@ -118,4 +125,27 @@ func TestPassthroughNotHardLinked(t *testing.T) {
 	require.NoError(t, os.Link(path, m.Path("g")))
 	mmEqual(t, v1, mmChild(t, "read", path, nil), "a read of a hard-linked file")
 	require.Zero(t, m.Stats().Passthrough, "a hard-linked file was passed through")
+}
+
+// TestPassthroughAppendSeenAsWithout: an append is committed in place at
+// the end of the committed file, so a reader open across it reads the
+// appended bytes after its own: the same with passthrough as without.
+func TestPassthroughAppendSeenAsWithout(t *testing.T) {
+	v1 := mmVersion('a', mmPage+3)
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("passthrough=", on), func(t *testing.T) {
+			m, path := ptMount(t, on, v1)
+			r := mmStartSession(t, path)
+			r.do(t, "open ro")
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			_, err = f.Write([]byte("bb"))
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			mmShows(t, append(mmVersion('a', mmPage+3), 'b', 'b'), r.do(t, "read"), "the reader's read() after an append")
+			if on {
+				require.Equal(t, int64(1), m.Stats().Passthrough, "the reader was not passed through")
+			}
+		})
+	}
 }

@@ -38,6 +38,7 @@ type file struct {
 	// syncs groups the fsyncs of a directory by concurrent commits;
 	// made at the first, only for directories.
 	syncs *journal.GroupSync
+	pt    ptFile // passthrough (passthrough.go)
 }
 
 // syncDir fsyncs the directory f through fd, or waits for an fsync of it

@@ -61,6 +61,7 @@ type handle struct {
 	// or dropped its pending version.
 	viewChanged atomic.Bool
 	rmw         rmwHandle
+	pt          bool // opened with the file's backing ID (passthrough.go)
 }
 
 var (
@@ -117,6 +118,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	}
 	if fillsPages(ctx) && !h.mapped.Load() {
 		h.mapped.Store(true)
+		h.n.f.ptMapped()
 		h.noteSize()
 	}
 	n, err := h.pread(dest, off)
@@ -433,6 +435,7 @@ func (h *handle) close() {
 	h.discard()
 	h.rmwClose()
 	h.n.f.dropHandle(h)
+	h.ptRelease()
 	h.setBase(nil, 0)
 	h.first.Close()
 	h.closed = true

@@ -26,6 +26,7 @@ func TestLazyEndSyncedBeforeRename(t *testing.T) {
 	require.NoError(t, os.Mkdir(mnt, 0o755))
 	o := DefaultOptions()
 	o.Log = zaptest.NewLogger(t)
+	o.Passthrough = os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1"
 	srv, err := Mount(backing, mnt, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Unmount() })

@@ -186,10 +186,11 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 
 // serve is gofs.Mount with rawFS in between.
 func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) {
-	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(top, o), o.EnableLocks}, mountpoint, &o.MountOptions)
+	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(top, o), o.EnableLocks, &top.r.pt}, mountpoint, &o.MountOptions)
 	if err != nil {
 		return nil, err
 	}
+	top.r.pt.srv.Store(srv)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()

@@ -138,7 +138,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		n.r.files.give(callerUID(ctx))
 		return nil, 0, n.errno(err)
 	}
-	return h, fuse.FOPEN_DIRECT_IO, 0
+	return h, n.ptOpen(ctx, h), 0
 }
 
 func (n *Node) open(ctx context.Context, flags uint32) (*handle, error) {
@@ -181,7 +181,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 		n.r.files.give(callerUID(ctx))
 		return nil, nil, 0, n.errno(err)
 	}
-	return in, h, fuse.FOPEN_DIRECT_IO, 0
+	return in, h, h.n.ptOpen(ctx, h), 0
 }
 
 func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, *handle, error) {

@@ -52,6 +52,9 @@ type Options struct {
 	// ScriptLocks decides flock and fcntl locks taken through the mount
 	// (several hosts: etcd); nil: the kernel does, on this host only.
 	ScriptLocks scriptlock.Locker
+	// Passthrough: a reader alone on a file's version is served by the
+	// kernel from that version's backing file (passthrough.go).
+	Passthrough bool
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.

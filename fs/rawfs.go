@@ -12,7 +12,8 @@ import (
 // writer; such a GETATTR must describe the committed version instead.
 type rawFS struct {
 	fuse.RawFileSystem
-	locks bool // script locks: unlocks at close and release (locks.go)
+	locks bool    // script locks: unlocks at close and release (locks.go)
+	pt    *ptRoot // passthrough: backing IDs for OPEN replies
 }
 
 // noFh is set in the caller's pid, which never reaches 2^31.
@@ -67,7 +68,9 @@ func splitUmask(mode uint32) (uint32, uint32) {
 
 func (w rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	in.Mode = withUmask(in.Mode, in.Umask)
-	return w.RawFileSystem.Create(cancel, in, name, out)
+	st := w.RawFileSystem.Create(cancel, in, name, out)
+	w.pt.ptReply(cancel, &out.OpenOut)
+	return st
 }
 
 func (w rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {

@@ -49,6 +49,7 @@ type root struct {
 	rmw       *rmwState // nil: read-modify-write sessions off
 	pool      *stagingPool
 	book      lockBook // script locks held through this daemon (locks.go)
+	pt        ptRoot   // passthrough (passthrough.go)
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests

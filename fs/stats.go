@@ -27,17 +27,25 @@ type Stats struct {
 	RMWWaits    int64 `json:"rmw_waits"`
 	RMWCycles   int64 `json:"rmw_cycles"`
 	RMWGaveUp   int64 `json:"rmw_gave_up"`
+	// Passthrough (option passthrough=read): opens whose reads and maps
+	// the kernel served from the version's backing file, and opens that
+	// got that backing only for their maps (a writer or a reader of
+	// another version while a passthrough reader was open).
+	Passthrough       int64 `json:"passthrough"`
+	PassthroughDirect int64 `json:"passthrough_direct"`
 }
 
 type counters struct {
 	commits, rejected, killed, dropped, tooManyFiles, noSpace atomic.Int64
 	rmwSessions, rmwWaits, rmwCycles, rmwGaveUp               atomic.Int64
+	passthrough, passthroughDirect                            atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{Commits: c.commits.Load(), Rejected: c.rejected.Load(), Killed: c.killed.Load(),
 		Dropped: c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load(),
-		RMWSessions: c.rmwSessions.Load(), RMWWaits: c.rmwWaits.Load(), RMWCycles: c.rmwCycles.Load(), RMWGaveUp: c.rmwGaveUp.Load()}
+		RMWSessions: c.rmwSessions.Load(), RMWWaits: c.rmwWaits.Load(), RMWCycles: c.rmwCycles.Load(), RMWGaveUp: c.rmwGaveUp.Load(),
+		Passthrough: c.passthrough.Load(), PassthroughDirect: c.passthroughDirect.Load()}
 }
 
 // Stats returns the counts since the mount.
@@ -52,5 +60,6 @@ func (r *root) logStats() {
 		zap.Int64("rejected_dropped", st.Dropped), zap.Int64("killed_writers", st.Killed),
 		zap.Int64("too_many_files", st.TooManyFiles), zap.Int64("no_space", st.NoSpace),
 		zap.Int64("rmw_sessions", st.RMWSessions), zap.Int64("rmw_waits", st.RMWWaits),
-		zap.Int64("rmw_cycles_broken", st.RMWCycles), zap.Int64("rmw_waits_given_up", st.RMWGaveUp))
+		zap.Int64("rmw_cycles_broken", st.RMWCycles), zap.Int64("rmw_waits_given_up", st.RMWGaveUp),
+		zap.Int64("passthrough", st.Passthrough), zap.Int64("passthrough_direct", st.PassthroughDirect))
 }

@@ -55,6 +55,7 @@ func New(t testing.TB, edit ...func(*fs.Options)) *Mount {
 	m.Opts.AllowOther = os.Geteuid() == 0
 	m.Opts.Log = zaptest.NewLogger(t)
 	rmwFromEnv(&m.Opts)
+	PassthroughFromEnv(&m.Opts)
 	for _, e := range edit {
 		e(&m.Opts)
 	}
@@ -86,6 +87,9 @@ func (m *Mount) stop(t testing.TB) {
 // Stats returns the mount's counters.
 func (m *Mount) Stats() fs.Stats { return m.srv.Stats() }
 
+// Gauges returns the mount's levels (open handles, pending bytes).
+func (m *Mount) Gauges() fs.Gauges { return m.srv.Gauges() }
+
 // Remount unmounts and mounts again over the same backing directory.
 func (m *Mount) Remount(t testing.TB) {
 	t.Helper()
@@ -115,5 +119,13 @@ func rmwFromEnv(o *fs.Options) {
 		o.RMWAuto, o.RMWGlobs = true, nil
 	default:
 		o.RMWAuto, o.RMWGlobs = false, strings.Split(v, ":")
+	}
+}
+
+// PassthroughFromEnv turns passthrough=read on when
+// SAFEFS_TEST_PASSTHROUGH=1, so that a whole suite runs with it.
+func PassthroughFromEnv(o *fs.Options) {
+	if os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1" {
+		o.Passthrough = true
 	}
 }

@@ -38,7 +38,7 @@ func TestErrCell(t *testing.T) {
 
 // TestTargetNames: every safefs variant of the table is a target.
 func TestTargetNames(t *testing.T) {
-	assert.Equal(t, []string{"backing", "byhand", "loopback", "safefs", "safefs-none", "safefs-audit", "safefs-rmw-off"}, targetNames)
+	assert.Equal(t, []string{"backing", "byhand", "loopback", "safefs", "safefs-none", "safefs-audit", "safefs-rmw-off", "safefs-passthrough"}, targetNames)
 }
 
 var (

@@ -28,6 +28,7 @@ var safefsTargets = []struct {
 	{"safefs-none", func(o *safefs.Options) { o.Durable = false }},
 	{"safefs-audit", func(o *safefs.Options) {}}, // with an audit trail (benchAudit)
 	{"safefs-rmw-off", func(o *safefs.Options) { o.RMWAuto, o.RMWGlobs = false, nil }},
+	{"safefs-passthrough", func(o *safefs.Options) { o.Passthrough = true }},
 }
 
 // targetNames lists every target in table order.

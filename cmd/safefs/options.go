@@ -63,6 +63,9 @@ var mountOptions = []mountOption{
 	{name: "staging_pool", value: "N", help: "empty staging files made ahead of the opens that need them (0: each open creates its own)",
 		show: func(c mountConfig) string { return strconv.Itoa(c.fs.StagingPool) },
 		set:  func(c *mountConfig, v string) error { return setCount(&c.fs.StagingPool, v, 0) }},
+	{name: "passthrough", value: "off|read", help: "read: a reader alone on a file's version reads it through the kernel from the backing file (FUSE passthrough; needs root), not through the daemon",
+		show: func(c mountConfig) string { return passthroughName(c.fs.Passthrough) },
+		set:  setPassthrough},
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
 		show: func(c mountConfig) string { return onOff(c.fs.KillCheck) },
 		set:  setKillCheck},
@@ -401,4 +404,24 @@ func parseMountArgs(args []string) (mountArgs, error) {
 	a.backing, a.mountpoint = pos[0], pos[1]
 	err := a.cfg.cluster.check()
 	return a, err
+}
+
+func passthroughName(on bool) string {
+	if on {
+		return "read"
+	}
+	return "off"
+}
+
+// setPassthrough parses passthrough=off|read.
+func setPassthrough(c *mountConfig, v string) error {
+	switch v {
+	case "off":
+		c.fs.Passthrough = false
+	case "read":
+		c.fs.Passthrough = true
+	default:
+		return fmt.Errorf("passthrough=%q: want off or read", v)
+	}
+	return nil
 }

@@ -48,6 +48,8 @@ func TestParseMountArgs(t *testing.T) {
 			c.fs.RMWAuto, c.fs.RMWGlobs = true, []string{"*.cnt"}
 		}},
 		{"rmw off", "-o rmw=auto:x,rmw=off b m", func(c *mountConfig) { c.fs.RMWAuto, c.fs.RMWGlobs = false, nil }},
+		{"passthrough read", "-o passthrough=read b m", func(c *mountConfig) { c.fs.Passthrough = true }},
+		{"passthrough off", "-o passthrough=read,passthrough=off b m", func(*mountConfig) {}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,6 +70,7 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o max_files_per_user=-1 b m", "-o rejected_max=0 b m", "-o rejected_max=1T b m",
 		"-o rejected_user_max=M b m", "-o rejected_max=99999999999G b m",
 		"-o rmw b m", "-o rmw= b m", "-o rmw=[x b m", "-o rmw=a:: b m", "-o rmw_hold=0 b m", "-o rmw_wait=soon b m",
+		"-o passthrough b m", "-o passthrough=on b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))
@@ -83,6 +86,7 @@ func TestDefaultsMatchFS(t *testing.T) {
 	assert.True(t, c.fs.Durable)
 	assert.True(t, c.fs.KillCheck)
 	assert.False(t, c.fs.ReadOnly)
+	assert.False(t, c.fs.Passthrough)
 	assert.Equal(t, "console", c.logFormat)
 	assert.Equal(t, "info", c.logLevel)
 }

@@ -277,8 +277,8 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 // TTL), another host may have taken it and committed meanwhile, and
 // what this process writes was decided under a lock it no longer has.
 func (h *handle) scriptLocksLive(lease int64) error {
-	if h.n.r.opts.ScriptLocks == nil {
-		return nil
+	if h.n.r.opts.ScriptLocks == nil || lease == 0 {
+		return nil // commit locks without a lease (not clustered): nothing to compare
 	}
 	for _, pid := range []uint32{h.tgid, tgidOf(h.closer)} {
 		if pid != 0 && h.n.r.book.lostBy(pid, lease) {

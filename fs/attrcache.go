@@ -15,21 +15,20 @@ const attrTTL = time.Second
 // One kernel inode serves every version of a file and every process's
 // view of it (a writer sees its pending size), and the kernel caches
 // attributes per inode, not per process. So they are cached only while
-// all views agree: no writer has a pending version yet, and every
-// reader is on the committed version. Otherwise each stat asks the
-// daemon (TTL 0), which answers for the caller (callerHandle). A writer
-// that has not written sees the committed version too (a script's
-// `open >>` then fstat and seek to the end: three round trips saved);
-// its first write or truncation makes the kernel drop what it cached,
-// and a stat reply sent before that write is discarded by the kernel
-// (attr_version), so what is cached afterwards has no TTL.
+// all views agree: no handle open for writing, and every reader on the
+// committed version. Otherwise each stat asks the daemon (TTL 0), which
+// answers for the caller (callerHandle). Treating a writer that has not
+// written yet as agreeing (it sees the committed version) saved two
+// round trips per `open >>`, but made gdbm_open fail about once in three
+// runs of TestDBMConcurrent's "db" cases (a size older than the header,
+// not understood yet): reverted, see the README.
 
 // quiet reports whether every process sees f's committed attributes.
 // f.mu is held.
 func (f *file) quiet() bool {
 	for h := range f.handles {
 		// write is fixed at open, and a reader's baseVer too.
-		if h.write && h.viewChanged.Load() || !h.write && h.baseVer != f.version {
+		if h.write || h.baseVer != f.version {
 			return false
 		}
 	}

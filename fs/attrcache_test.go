@@ -89,10 +89,9 @@ func TestAttrCacheBackingChangeShows(t *testing.T) {
 	t.Fatalf("5 s after a change in BACKING the mount still says size %s", strconv.FormatInt(size, 10))
 }
 
-// A writer that has not written yet sees the committed attributes, so
-// they stay cached (a script's `open >>`, fstat, seek to the end); its
-// first write must end that: from then on its fstat gives its pending
-// size and another process's stat the committed one.
+// A writer that has not written yet sees the committed attributes; its
+// first write must change that for it alone: from then on its fstat
+// gives its pending size and another process's stat the committed one.
 func TestAttrCacheWriterBeforeAndAfterFirstWrite(t *testing.T) {
 	m := testfs.New(t)
 	p := m.Path("log")

@@ -55,13 +55,8 @@ type handle struct {
 	// mappedSize); seen: the size this handle last showed, for a map.
 	mapped atomic.Bool
 	seen   atomic.Int64
-	// viewChanged: this writer's view may differ from the committed version
-	// (it staged, or writes an unnamed file of its own); until then it
-	// sees what every process sees (quiet), and again once it committed
-	// or dropped its pending version.
-	viewChanged atomic.Bool
-	rmw         rmwHandle
-	pt          bool // opened with the file's backing ID (passthrough.go)
+	rmw    rmwHandle
+	pt     bool // opened with the file's backing ID (passthrough.go)
 }
 
 var (
@@ -158,7 +153,6 @@ func (h *handle) copyUp(empty bool) error {
 	if h.stage != nil {
 		return nil
 	}
-	h.viewChanged.Store(true) // before any reply shows the pending version
 	if err := h.refresh(); err != nil {
 		return err
 	}
@@ -502,5 +496,4 @@ func (h *handle) discard() {
 		h.n.r.dropTemp(h.n.r.stagingfd, h.stage, h.stageNm)
 	}
 	h.stage, h.stageNm, h.dirty = nil, "", false
-	h.viewChanged.Store(false) // back to base: committed, or a writer's latest
 }

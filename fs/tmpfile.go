@@ -54,7 +54,6 @@ func (n *Node) tmpfile(ctx context.Context, dir int, flags, mode uint32, out *fu
 		return nil, nil, err
 	}
 	h.private = true
-	h.viewChanged.Store(true)
 	return in, h, nil
 }
 

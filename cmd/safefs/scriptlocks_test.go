@@ -291,14 +291,7 @@ func holderWhenUp(t *testing.T, mnt string) *proc {
 func TestScriptLocksLeaseLost(t *testing.T) {
 	lp := startLockPair(t)
 	h := holder(t, "fcntl", lp.mnt[0])
-	cli := lp.etcd.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	held, err := cli.Get(ctx, "/safefs/"+lp.name+"/locks/", clientv3.WithPrefix())
-	require.NoError(t, err)
-	require.Len(t, held.Kvs, 1, "the holder's lock")
-	_, err = cli.Revoke(ctx, clientv3.LeaseID(held.Kvs[0].Lease)) // daemon 0's
-	require.NoError(t, err)
+	revokeHolderLease(t, lp)
 	require.Equal(t, "ok", tryLock(t, "fcntl_nb", lp.mnt[1]), "a lock outlived its lease")
 	kill(t, h)
 	h = holderWhenUp(t, lp.mnt[0])
@@ -329,6 +322,20 @@ func TestScriptLocksLostLockDoesNotCommit(t *testing.T) {
 	}
 }
 
+// revokeHolderLease revokes the lease of the one script lock held: its
+// daemon's.
+func revokeHolderLease(t *testing.T, lp *lockPair) {
+	t.Helper()
+	cli := lp.etcd.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	held, err := cli.Get(ctx, "/safefs/"+lp.name+"/locks/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, held.Kvs, 1, "the one lock held")
+	_, err = cli.Revoke(ctx, clientv3.LeaseID(held.Kvs[0].Lease))
+	require.NoError(t, err)
+}
+
 func lostLockDoesNotCommit(t *testing.T, how string) {
 	lp := startLockPair(t)
 	goFile := filepath.Join(tempDir(t), "go")
@@ -340,14 +347,7 @@ func lostLockDoesNotCommit(t *testing.T, how string) {
 		if (close($d)) { print "close ok\n" } else { print "close err ", $!+0, "\n" }`,
 		how, filepath.Join(lp.mnt[0], "lk"), filepath.Join(lp.mnt[0], "data"), goFile)
 	waitOut(t, p, "locked")
-	cli := lp.etcd.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	held, err := cli.Get(ctx, "/safefs/"+lp.name+"/locks/", clientv3.WithPrefix())
-	require.NoError(t, err)
-	require.Len(t, held.Kvs, 1, "the script's lock")
-	_, err = cli.Revoke(ctx, clientv3.LeaseID(held.Kvs[0].Lease)) // daemon 0's
-	require.NoError(t, err)
+	revokeHolderLease(t, lp)
 	waitLine(t, lp.d[0].proc, "etcd lease renewed")
 	require.Equal(t, "ok\n", perl(t, perlLock+`my ($how, $lk, $data) = @ARGV;
 		open(my $l, '+<', $lk) or die "open: $!"; lockit($l, $how) or die "lock: $!";

@@ -18,10 +18,9 @@ const attrTTL = time.Second
 // all views agree: no handle open for writing, and every reader on the
 // committed version. Otherwise each stat asks the daemon (TTL 0), which
 // answers for the caller (callerHandle). Treating a writer that has not
-// written yet as agreeing (it sees the committed version) saved two
-// round trips per `open >>`, but made gdbm_open fail about once in three
-// runs of TestDBMConcurrent's "db" cases (a size older than the header,
-// not understood yet): reverted, see the README.
+// written yet as agreeing (it sees the committed version) saves two
+// round trips per `open >>`; it was tried and kept out while a gdbm_open
+// failure under concurrency is not understood (README).
 
 // quiet reports whether every process sees f's committed attributes.
 // f.mu is held.

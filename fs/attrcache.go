@@ -77,17 +77,28 @@ func (r *root) stable(e commitEpoch, idle bool) bool {
 	return idle && r.commitsBegun.Load() == uint64(e)
 }
 
-// The kernel keeps one size for the inode and cuts its page cache to
-// any smaller size a reply gives: that drops a writer's dirty mapped
-// pages past the committed size (lost at its commit), and makes a
-// reader's map of a longer older version fault (SIGBUS). So while
-// handles with shared maps are open, no reply gives less than the
-// largest size one of them shows. Other processes then see that size,
-// not their own view, until the maps' descriptors are released.
+// The kernel keeps one size for the inode, which lseek(SEEK_END) and a
+// shared map's page faults use, and it stores there the size of every
+// reply that carries attributes; each reply describes its caller's
+// version. Another process's stat would then cut a writer's pending size
+// (its SEEK_END after writing returned the older size: gdbm, creating a
+// database while others stat it, failed), or a map's extent (a writer's
+// dirty pages past it are dropped, a reader of a longer older version
+// faults). So while a handle has a pending version or a shared map, a
+// stat's reply whose size differs from the largest such size is made
+// stale first: FUSE_NOTIFY_INVAL_INODE bumps the inode's attribute
+// version, and the kernel then returns the reply to its caller without
+// storing it. A SETATTR reply is always stored: there, no size below a
+// map's extent is given (mappedSize).
 
-// noteSize records the size a mapped handle shows after a change (h.mu
-// is held); only mapped handles' sizes are read (mappedSize).
+// noteSize records the sizes kernelSize reads after a change (h.mu is
+// held): the pending size of a writer, and what a mapped handle shows.
 func (h *handle) noteSize() {
+	if h.stage != nil && !h.append {
+		if st, err := fstat(int(h.stage.Fd())); err == nil {
+			h.staged.Store(st.Size + 1)
+		}
+	}
 	if h.mapped.Load() {
 		_, _ = h.statLocked() // records it (seen)
 	}
@@ -96,13 +107,33 @@ func (h *handle) noteSize() {
 // mappedSize is the largest size a handle of f with a shared map shows,
 // 0 if none; it never waits for a handle busy in a commit.
 func (f *file) mappedSize() int64 {
+	size, _ := f.kernelSize(false)
+	return size
+}
+
+// kernelSize is the size the kernel's inode must keep: the largest that
+// a handle with a shared map shows, or, if staged, that a writer's
+// pending version has. in is the inode of one such handle (the kernel's:
+// a lookup may hold another Inode for the file), nil if none.
+func (f *file) kernelSize(staged bool) (size int64, in *gofs.Inode) {
 	f.mu.Lock() // every stat asks: no copy of the handle list
 	defer f.mu.Unlock()
-	var size int64
 	for h := range f.handles {
 		if h.mapped.Load() {
-			size = max(size, h.seen.Load())
+			size, in = max(size, h.seen.Load()), h.n.EmbeddedInode()
+		}
+		if s := h.staged.Load(); staged && s > 0 {
+			size, in = max(size, s-1), h.n.EmbeddedInode()
 		}
 	}
-	return size
+	return size, in
+}
+
+// keepSize makes a stat's reply of size for f stale (see above) when it
+// would change the kernel's size away from what a handle needs.
+func (f *file) keepSize(size uint64) {
+	if k, in := f.kernelSize(true); in != nil && int64(size) < k {
+		// ENOENT: the kernel has no inode to store the reply in.
+		_ = in.NotifyContent(-1, 0)
+	}
 }

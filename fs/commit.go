@@ -215,6 +215,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 	r.ids.rekey(h.n.f, keyOf(&st))
 	h.setBase(h.stage, 0)
 	h.stage, h.stageNm, h.dirty = nil, "", false
+	h.staged.Store(0)
 	r.crash("replace-after-rename")
 	if syncDir >= 0 {
 		if err := v.in.f.syncDir(syncDir); err != nil {

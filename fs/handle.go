@@ -55,6 +55,9 @@ type handle struct {
 	// mappedSize); seen: the size this handle last showed, for a map.
 	mapped atomic.Bool
 	seen   atomic.Int64
+	// staged: 1 + the size of the pending version of a writer that is
+	// not appending, 0 if none (kernelSize).
+	staged atomic.Int64
 	rmw    rmwHandle
 	pt     bool // opened with the file's backing ID (passthrough.go)
 }
@@ -303,6 +306,7 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 		return h.errno(err)
 	}
 	h.changed()
+	h.noteSize()
 	return 0
 }
 
@@ -496,4 +500,5 @@ func (h *handle) discard() {
 		h.n.r.dropTemp(h.n.r.stagingfd, h.stage, h.stageNm)
 	}
 	h.stage, h.stageNm, h.dirty = nil, "", false
+	h.staged.Store(0)
 }

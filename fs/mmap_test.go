@@ -49,7 +49,8 @@ func TestMmapHelper(t *testing.T) {
 // fresh read-only shared map, "write" replaces it with standard input
 // (open O_TRUNC, write, close), "session" runs commands (mmSession),
 // "fsync" opens it read-write, fsyncs
-// and closes (writing nothing), "readloop" reads it both ways until
+// and closes (writing nothing), "statloop" and "seekend" are
+// kernelsize_test.go's, "readloop" reads it both ways until
 // standard input closes and prints "reads=N bad=M" (bad: a read that is
 // not one whole version; versions are one byte repeated, of the size given).
 func mmHelper(op, path string, args ...string) error {
@@ -95,6 +96,10 @@ func mmHelper(op, path string, args ...string) error {
 		return errors.Join(err, f.Close())
 	case "session":
 		return mmSession(path)
+	case "statloop":
+		return statLoop(path)
+	case "seekend", "seekshrink":
+		return seekEndLoop(path, seekEndRounds, op == "seekshrink")
 	case "readloop":
 		size, err := strconv.Atoi(args[0])
 		if err != nil {
@@ -460,7 +465,13 @@ type mmLoop struct {
 
 func mmStartLoop(t *testing.T, ctx context.Context, path string, size int) *mmLoop {
 	t.Helper()
-	l := &mmLoop{cmd: mmCommand(ctx, "readloop", path, strconv.Itoa(size))}
+	return startLoop(t, ctx, "readloop", path, strconv.Itoa(size))
+}
+
+// startLoop starts a helper that runs until its standard input closes.
+func startLoop(t *testing.T, ctx context.Context, op, path string, args ...string) *mmLoop {
+	t.Helper()
+	l := &mmLoop{cmd: mmCommand(ctx, op, path, args...)}
 	var err error
 	l.stdin, err = l.cmd.StdinPipe()
 	require.NoError(t, err)

@@ -297,7 +297,7 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 	}
 	in := n.child(ctx, nm, &st, out)
 	f := in.Operations().(*Node).f
-	out.Size = max(out.Size, uint64(f.mappedSize()))
+	f.keepSize(out.Size)
 	if n.r.stable(epoch, idle) {
 		out.SetAttrTimeout(n.r.attrTimeout(f, f.ver()))
 	}
@@ -323,8 +323,17 @@ func (n *Node) statEntry(dir int, nm string) (st unix.Stat_t, err error) {
 
 // Getattr describes what the handle reads when the kernel named one.
 // Without one (stat, fstat) it describes what the calling process most
-// likely reads (see callerHandle), else the committed version.
+// likely reads (see callerHandle), else the committed version; the
+// kernel keeps its own size if that differs (keepSize).
 func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	errno := n.getattr(ctx, fh, out)
+	if errno == 0 && !hasFh(ctx) {
+		n.f.keepSize(out.Size)
+	}
+	return errno
+}
+
+func (n *Node) getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ver := n.f.ver()
 	h, ok := fh.(*handle)
 	if !ok || !hasFh(ctx) {
@@ -341,7 +350,6 @@ func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		return n.errno(err)
 	}
 	fillAttr(&out.Attr, &st, n.f.ino)
-	out.Size = max(out.Size, uint64(n.f.mappedSize()))
 	out.SetTimeout(n.r.attrTimeout(n.f, ver))
 	return 0
 }

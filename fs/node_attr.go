@@ -32,7 +32,11 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			}
 		}
 	}
-	return n.Getattr(ctx, fh, out)
+	// The kernel stores a SETATTR reply's size whatever its version:
+	// never below a map's extent (attrcache.go).
+	errno := n.getattr(ctx, fh, out)
+	out.Size = max(out.Size, uint64(n.f.mappedSize()))
+	return errno
 }
 
 // hasMeta reports whether in changes anything besides the size.

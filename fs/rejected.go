@@ -99,6 +99,7 @@ func (h *handle) keep() string {
 	r.kept.mu.Unlock()
 	h.stage.Close()
 	h.stage, h.stageNm, h.dirty = nil, "", false
+	h.staged.Store(0)
 	return nm
 }
 

@@ -29,7 +29,7 @@ for (1 .. $n) {
     sysopen(my $lock, $lockname, O_RDWR | O_CREAT, 0644) or do { print "LOCKOPEN $!\n"; next };
     flock($lock, LOCK_EX) or do { print "FLOCK $!\n"; next };
     my %h;
-    dbm_tie(\%h, $module, $file, 1, $how eq 'db') or do { print "TIE $!\n"; close($lock); next };
+    dbm_tie(\%h, $module, $file, 1, $how eq 'db') or do { print "TIE $! ", dbm_error(), "\n"; close($lock); next };
     my $v = $h{hits} // 0;
     print "STALE read $v after writing $last\n" if $v < $last;
     $h{hits} = $last = $v + 1;

@@ -33,6 +33,13 @@ sub dbm_untie {
     return $module eq 'dbmopen' ? dbmclose(%$h) : untie(%$h);
 }
 
+# dbm_error(): gdbm's own error for the last failed call ($! is often
+# meaningless then), when gdbm is what failed (GDBM_File, NDBM_File and
+# dbmopen on Debian).
+sub dbm_error {
+    return eval { require GDBM_File; "gdbm=\"$GDBM_File::gdbm_errno\"" } // '';
+}
+
 # dbm_data_file(MODULE, FILE): the file holding the data, which a script
 # may flock: FILE for gdbm and DB_File, FILE.pag for ndbm and sdbm.
 sub dbm_data_file {

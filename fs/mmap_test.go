@@ -370,9 +370,13 @@ func TestMmapReaderKeepsVersion(t *testing.T) {
 	mmEqual(t, v2, mmRead(t, path), "another process's read of the new version")
 	mmShows(t, v1, r.do(t, "show"), "the reader's map after another process's commit")
 	mmShows(t, v1, r.do(t, "read"), "the reader's read() after the commit")
-	// While the longer map is open, stats give its size (the kernel has
-	// one size per inode, and a smaller one would cut the map): a new
-	// map is made once it is gone.
+	// While the longer map is open, the kernel keeps its size (one per
+	// inode: a smaller one would cut the map), but a stat shows the
+	// caller's own and a new map is the new version.
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.EqualValues(t, len(v2), st.Size(), "another process's stat while the longer map is open")
+	mmEqual(t, v2, mmChild(t, "map", path, nil), "a new open and map while the longer map is open")
 	r.do(t, "munmap", "close")
 	mmEqual(t, v2, mmChild(t, "map", path, nil), "a new open and map")
 }

@@ -28,6 +28,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	safefs "github.com/safefs/safefs/fs"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,14 +50,20 @@ const (
 // setup mounts safefs and makes a directory "data" in it owned by
 // www-data, as a CGI data directory is. It returns the mount, www-data's
 // credentials and the directory's path through the mount.
-func setup(t *testing.T) (*Mount, Cred, string) {
+func setup(t *testing.T, edit ...func(*safefs.Options)) (*Mount, Cred, string) {
 	t.Helper()
 	www := LookupUser(t, "www-data")
-	m := New(t)
+	m := New(t, edit...)
 	dir := m.Path("data")
+	wwwDir(t, &www, dir)
+	return m, www, dir
+}
+
+// wwwDir makes directory dir, owned by www (the scripts' user).
+func wwwDir(t *testing.T, www *Cred, dir string) {
+	t.Helper()
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	require.NoError(t, os.Chown(dir, int(www.Uid), int(www.Gid)))
-	return m, www, dir
 }
 
 // runAll runs the scripts concurrently to their ends and returns their
@@ -200,8 +208,7 @@ func TestContractLockedCounters(t *testing.T) {
 		t.Run(mt.name, func(t *testing.T) {
 			rel := "data/" + mt.name
 			dir := m.Path(rel)
-			require.NoError(t, os.Mkdir(dir, 0o755))
-			require.NoError(t, os.Chown(dir, int(www.Uid), int(www.Gid)))
+			wwwDir(t, &www, dir)
 			file := filepath.Join(dir, "count.txt")
 			RunPerl(t, &www, "write.pl", file, ">", "0\n")
 			if mt.name == "rename" {

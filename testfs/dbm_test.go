@@ -54,11 +54,7 @@ func TestDBMSingle(t *testing.T) {
 func TestDBMConcurrent(t *testing.T) {
 	// durability=none: 16000 commits; the fsyncs double their cost and are
 	// not what this test is about (the other DBM tests run the default).
-	www := LookupUser(t, "www-data")
-	m := New(t, func(o *fs.Options) { o.Durable = false })
-	dir := m.Path("data")
-	require.NoError(t, os.Mkdir(dir, 0o755))
-	require.NoError(t, os.Chown(dir, int(www.Uid), int(www.Gid)))
+	m, www, dir := setup(t, func(o *fs.Options) { o.Durable = false })
 	// A group, so that its parallel subtests end before staging/ is checked.
 	t.Run("all", func(t *testing.T) {
 		for _, module := range dbmModules {

@@ -19,11 +19,7 @@ import (
 // Readers alone on the database are passed through, and a writer that
 // opens right after one gets the reader's backing file for its maps.
 func TestPassthroughDBMReadersAndWriters(t *testing.T) {
-	www := LookupUser(t, "www-data")
-	m := New(t, func(o *fs.Options) { o.Durable, o.Passthrough = false, true })
-	dir := m.Path("data")
-	require.NoError(t, os.Mkdir(dir, 0o755))
-	require.NoError(t, os.Chown(dir, int(www.Uid), int(www.Gid)))
+	m, www, dir := setup(t, func(o *fs.Options) { o.Durable, o.Passthrough = false, true })
 	for _, module := range dbmModules { // the databases exist for the readers
 		RunPerl(t, &www, "dbm_counter.pl", module, filepath.Join(dir, "hits_"+module), "1")
 	}
@@ -60,11 +56,7 @@ func ptDBM(t *testing.T, www *Cred, module, file string) {
 // while a reader is passed through would map the reader's version.
 // A plain file read the same way is.
 func TestPassthroughNotForGdbm(t *testing.T) {
-	www := LookupUser(t, "www-data")
-	m := New(t, func(o *fs.Options) { o.Passthrough = true })
-	dir := m.Path("data")
-	require.NoError(t, os.Mkdir(dir, 0o755))
-	require.NoError(t, os.Chown(dir, int(www.Uid), int(www.Gid)))
+	m, www, dir := setup(t, func(o *fs.Options) { o.Passthrough = true })
 	for _, module := range []string{"GDBM_File", "dbmopen"} {
 		RunPerl(t, &www, "dbm_counter.pl", module, filepath.Join(dir, "db_"+module), "1")
 	}

@@ -45,16 +45,12 @@ const exactWait = time.Minute
 // and makes the www-data directory "data".
 func rmwSetup(t *testing.T, edit func(o *fs.Options)) (*Mount, Cred, string, *observer.ObservedLogs) {
 	t.Helper()
-	www := LookupUser(t, "www-data")
 	core, logs := observer.New(zap.InfoLevel)
-	m := New(t, func(o *fs.Options) {
+	m, www, dir := setup(t, func(o *fs.Options) {
 		o.Log = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
 		o.RMWAuto, o.RMWGlobs = false, nil
 		edit(o)
 	})
-	dir := m.Path("data")
-	require.NoError(t, os.Mkdir(dir, 0o755))
-	require.NoError(t, os.Chown(dir, int(www.Uid), int(www.Gid)))
 	return m, www, dir, logs
 }
 

@@ -21,14 +21,16 @@ const firstSynthetic = 1 << 62
 // inode number, and so one kernel inode (page cache, flock and fcntl
 // locks), across all its committed versions.
 type ids struct {
-	mu     sync.Mutex
-	byKey  map[key]*file
-	byIno  map[uint64]*file
+	mu    sync.Mutex
+	byKey map[key]*file
+	byIno map[uint64]*file
+	// node: the node go-fuse serves each file through (keep).
+	node   map[*file]*Node
 	nextID uint64
 }
 
 func newIDs() *ids {
-	return &ids{byKey: map[key]*file{}, byIno: map[uint64]*file{}, nextID: firstSynthetic}
+	return &ids{byKey: map[key]*file{}, byIno: map[uint64]*file{}, node: map[*file]*Node{}, nextID: firstSynthetic}
 }
 
 // get returns the logical file for st, making one if it is new.
@@ -83,16 +85,36 @@ func (t *ids) rekey(f *file, k key) {
 	t.byIno[f.ino] = f
 }
 
-// drop removes f from the tables (the kernel forgot it).
-func (t *ids) drop(f *file) {
+// keep records that go-fuse serves n's file through n, and puts the
+// file back in the tables if a forget of an older node dropped it.
+func (t *ids) keep(n *Node) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	f := n.f
+	t.node[f] = n
+	t.byIno[f.ino] = f
+	if t.byKey[f.key] == nil {
+		t.byKey[f.key] = f
+	}
+}
+
+// forget removes n's file from the tables (the kernel forgot n), unless
+// go-fuse serves it through a newer node: that lookup raced this forget.
+func (t *ids) forget(n *Node) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := n.f
+	if kept, ok := t.node[f]; ok && kept != n {
+		return false
+	}
+	delete(t.node, f)
 	if t.byKey[f.key] == f {
 		delete(t.byKey, f.key)
 	}
 	if t.byIno[f.ino] == f {
 		delete(t.byIno, f.ino)
 	}
+	return true
 }
 
 // inoOf is the inode number a directory listing shows for a backing inode.

@@ -171,7 +171,13 @@ func (h *handle) copyUp(empty bool) error {
 			return err
 		}
 	}
-	st, nm, err := h.n.r.pool.take()
+	take := h.n.r.pool.take
+	if empty && h.append && !h.n.r.clustered() {
+		// A cluster's recovery reads a cut-off append's staging file
+		// by its name (journal settleAppend).
+		take = h.n.r.pool.takeNameless
+	}
+	st, nm, err := take()
 	if err != nil {
 		return err
 	}

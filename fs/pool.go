@@ -67,6 +67,24 @@ func (p *stagingPool) take() (*os.File, string, error) {
 	return os.NewFile(uintptr(fd), nm), nm, nil
 }
 
+// takeNameless returns an empty private file in staging/ without a name
+// (nm ""), for a pending append: it is never renamed into place (its
+// bytes are copied to the end of the file) and recovery checks them in
+// the file itself, so its name would only cost a linkat and an unlink.
+// Without a pool it is named as take does.
+func (p *stagingPool) takeNameless() (*os.File, string, error) {
+	p.mu.Lock()
+	if p.off || len(p.fds) == 0 {
+		p.mu.Unlock()
+		return p.take()
+	}
+	fd := p.fds[len(p.fds)-1]
+	p.fds = p.fds[:len(p.fds)-1]
+	p.mu.Unlock()
+	p.poke()
+	return os.NewFile(uintptr(fd), "pending append"), "", nil
+}
+
 // refused: this file system or this daemon (linkat of an fd needs
 // CAP_DAC_READ_SEARCH) cannot do it at all.
 func refused(err error) bool {

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"strconv"
@@ -86,8 +87,8 @@ func (h *handle) keep() string {
 		h.discard()
 		return ""
 	}
-	nm := keptName(h.uid, h.stageNm)
-	if err := renameAt(r.stagingfd, h.stageNm, r.rejectedfd, nm, unix.RENAME_NOREPLACE); err != nil {
+	nm := keptName(h.uid, cmp.Or(h.stageNm, tempName()))
+	if err := h.moveToRejected(nm); err != nil {
 		r.log.Error("could not keep rejected bytes", zap.String("path", logPath(h.n.path())), zap.Error(err))
 		r.kept.take(h.uid, -keptCost(&st))
 		r.count.dropped.Add(1)
@@ -101,6 +102,30 @@ func (h *handle) keep() string {
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	h.staged.Store(0)
 	return nm
+}
+
+// moveToRejected gives the pending version the name nm in rejected/.
+// A nameless one (a pending append) is linked there from its descriptor,
+// or copied where the daemon may not link descriptors.
+func (h *handle) moveToRejected(nm string) error {
+	r := h.n.r
+	if h.stageNm != "" {
+		return renameAt(r.stagingfd, h.stageNm, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
+	}
+	if unix.Linkat(int(h.stage.Fd()), "", r.rejectedfd, nm, unix.AT_EMPTY_PATH) == nil {
+		return nil
+	}
+	named, tmp, err := newTemp(r.stagingfd)
+	if err != nil {
+		return err
+	}
+	if err := copyData(named, h.stage); err != nil {
+		r.dropTemp(r.stagingfd, named, tmp)
+		return err
+	}
+	h.stage.Close()
+	h.stage, h.stageNm = named, tmp
+	return renameAt(r.stagingfd, tmp, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
 }
 
 // loadKept counts what rejected/ holds at mount, and tells the operator:

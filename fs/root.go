@@ -88,9 +88,13 @@ var CrashPoints = []string{
 	"append-begun", "append-half", "append-written", "append-synced", "append-ended",
 }
 
-// dropTemp closes and removes a staging or undo file.
+// dropTemp closes and removes a staging or undo file (one without a
+// name, nm "", goes with its close).
 func (r *root) dropTemp(dir int, f *os.File, nm string) {
 	f.Close()
+	if nm == "" {
+		return
+	}
 	if err := unlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		r.log.Warn("could not remove temp file", zap.String("name", nm), zap.Error(err))
 	}

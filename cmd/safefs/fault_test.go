@@ -232,6 +232,11 @@ func faultCases() []faultCase {
 				logWant: "/.safefs/journal: "},
 			faultCase{name: "append/fdatasync/" + e.name, kind: "append", mode: "append", step: "close",
 				trace: "fdatasync", injects: []string{in("fdatasync")}, errno: e.errno},
+			// A pending append has no name: kept in rejected/ by linkat of
+			// its descriptor, or copied where linkat is refused (EPERM
+			// for a daemon without CAP_DAC_READ_SEARCH).
+			faultCase{name: "append/fdatasync-linkat-refused/" + e.name, kind: "append", mode: "append", step: "close",
+				trace: "fdatasync,linkat", injects: []string{in("fdatasync"), "linkat:error=EPERM"}, errno: e.errno},
 			faultCase{name: "append/openat2-target/" + e.name, kind: "append", mode: "append", step: "close",
 				trace: "openat2", injects: []string{in("openat2")}, errno: e.errno},
 			// copy_file_range refused with EXDEV: the plain copy's pwrite64 fails.

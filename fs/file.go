@@ -22,6 +22,9 @@ type name struct {
 type file struct {
 	ino  uint64
 	kind uint32 // S_IFMT bits
+	// gen tells this file's kernel inode from another's with the same
+	// number (see ids.newLocked).
+	gen uint64
 
 	mu    sync.Mutex
 	key   key

@@ -21,16 +21,21 @@ const firstSynthetic = 1 << 62
 // inode number, and so one kernel inode (page cache, flock and fcntl
 // locks), across all its committed versions.
 type ids struct {
-	mu    sync.Mutex
-	byKey map[key]*file
-	byIno map[uint64]*file
-	// node: the node go-fuse serves each file through (keep).
-	node   map[*file]*Node
+	mu     sync.Mutex
+	byKey  map[key]*file
+	byIno  map[uint64]*file
 	nextID uint64
+	// nextGen numbers logical files. go-fuse finds a live node by its
+	// whole StableAttr: with a generation of its own, a new file never
+	// gets the node of an older one that had the same inode number (a
+	// backing number reused while the old node's forget raced a lookup,
+	// which left it out of the tables: every open of the name then
+	// failed with ESTALE).
+	nextGen uint64
 }
 
 func newIDs() *ids {
-	return &ids{byKey: map[key]*file{}, byIno: map[uint64]*file{}, node: map[*file]*Node{}, nextID: firstSynthetic}
+	return &ids{byKey: map[key]*file{}, byIno: map[uint64]*file{}, nextID: firstSynthetic}
 }
 
 // get returns the logical file for st, making one if it is new.
@@ -52,6 +57,8 @@ func (t *ids) newLocked(st *unix.Stat_t) *file {
 		t.nextID++
 	}
 	f := newFile(ino, st.Mode&unix.S_IFMT, keyOf(st))
+	t.nextGen++
+	f.gen = t.nextGen
 	t.byKey[f.key] = f
 	t.byIno[ino] = f
 	return f
@@ -85,36 +92,16 @@ func (t *ids) rekey(f *file, k key) {
 	t.byIno[f.ino] = f
 }
 
-// keep records that go-fuse serves n's file through n, and puts the
-// file back in the tables if a forget of an older node dropped it.
-func (t *ids) keep(n *Node) {
+// drop removes f from the tables (the kernel forgot it).
+func (t *ids) drop(f *file) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	f := n.f
-	t.node[f] = n
-	t.byIno[f.ino] = f
-	if t.byKey[f.key] == nil {
-		t.byKey[f.key] = f
-	}
-}
-
-// forget removes n's file from the tables (the kernel forgot n), unless
-// go-fuse serves it through a newer node: that lookup raced this forget.
-func (t *ids) forget(n *Node) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	f := n.f
-	if kept, ok := t.node[f]; ok && kept != n {
-		return false
-	}
-	delete(t.node, f)
 	if t.byKey[f.key] == f {
 		delete(t.byKey, f.key)
 	}
 	if t.byIno[f.ino] == f {
 		delete(t.byIno, f.ino)
 	}
-	return true
 }
 
 // inoOf is the inode number a directory listing shows for a backing inode.

@@ -108,7 +108,7 @@ func (n *Node) errno(err error) syscall.Errno {
 func (n *Node) OnForget() {
 	n.r.dirs.drop(n)
 	n.closeDir()
-	n.r.forget(n)
+	n.r.forget(n.f)
 }
 
 func (n *Node) closeDir() {
@@ -272,28 +272,9 @@ func (n *Node) child(ctx context.Context, nm string, st *unix.Stat_t, out *fuse.
 		// deleted directly in BACKING): this is another file.
 		f = n.r.ids.fresh(st)
 	}
-	in := n.inodeOf(ctx, f, st)
-	f = in.Operations().(*Node).f
 	f.addName(n, nm)
 	fillAttr(&out.Attr, st, f.ino)
-	return in
-}
-
-// inodeOf returns the kernel's inode for f, backing inode st. go-fuse
-// answers with the inode it already has for f's number, if any: that
-// one's file is kept in the tables (a forget racing a lookup may have
-// dropped it). If it is another file (the backing number was reused
-// while the kernel still holds the old one), st gets a number of its own.
-func (n *Node) inodeOf(ctx context.Context, f *file, st *unix.Stat_t) *gofs.Inode {
-	for {
-		in := n.NewInode(ctx, n.r.newNode(f), gofs.StableAttr{Mode: f.kind, Ino: f.ino})
-		kept := in.Operations().(*Node)
-		n.r.ids.keep(kept)
-		if kept.f == f || n.r.ids.owns(kept.f, keyOf(st)) {
-			return in
-		}
-		f = n.r.ids.fresh(st) // kept's number is taken again: a new one
-	}
+	return n.NewInode(ctx, n.r.newNode(f), gofs.StableAttr{Mode: f.kind, Ino: f.ino, Gen: f.gen})
 }
 
 // hidden reports whether nm in n is the internal directory.

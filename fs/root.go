@@ -100,17 +100,16 @@ func (r *root) dropTemp(dir int, f *os.File, nm string) {
 	}
 }
 
-// forget drops the logical file of a node the kernel no longer knows,
-// unless a newer node serves it (a lookup raced the forget).
-func (r *root) forget(n *Node) {
-	f := n.f
+// forget drops a logical file the kernel no longer knows.
+func (r *root) forget(f *file) {
 	if f == r.top {
 		return
 	}
 	f.mu.Lock()
 	open := len(f.handles) > 0
 	f.mu.Unlock()
-	if !open && r.ids.forget(n) {
+	if !open {
+		r.ids.drop(f)
 		f.dropGhost()
 		if r.rmw != nil {
 			// Its number may name another file next: a read of this

@@ -46,9 +46,9 @@ func (n *Node) tmpfile(ctx context.Context, dir int, flags, mode uint32, out *fu
 		f.Close()
 		return nil, nil, err
 	}
-	in := n.inodeOf(ctx, n.r.ids.fresh(&st), &st)
-	lf := in.Operations().(*Node).f
+	lf := n.r.ids.fresh(&st)
 	fillAttr(&out.Attr, &st, lf.ino)
+	in := n.NewInode(ctx, n.r.newNode(lf), gofs.StableAttr{Mode: lf.kind, Ino: lf.ino, Gen: lf.gen})
 	h, err := in.Operations().(*Node).newHandle(ctx, f, lf.ver(), flags&^(syscall.O_TRUNC|syscall.O_APPEND))
 	if err != nil {
 		return nil, nil, err

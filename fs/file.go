@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/journal"
@@ -54,6 +55,12 @@ func (f *file) syncDir(fd int) error {
 	g := f.syncs
 	f.mu.Unlock()
 	return g.Do(func() error { return unix.Fsync(fd) })
+}
+
+// identity is the file's node identity in go-fuse: its number, kind
+// and generation (so a reused number never finds an older file's node).
+func (f *file) identity() gofs.StableAttr {
+	return gofs.StableAttr{Mode: f.kind, Ino: f.ino, Gen: f.gen}
 }
 
 func newFile(ino uint64, kind uint32, k key) *file {

@@ -274,7 +274,7 @@ func (n *Node) child(ctx context.Context, nm string, st *unix.Stat_t, out *fuse.
 	}
 	f.addName(n, nm)
 	fillAttr(&out.Attr, st, f.ino)
-	return n.NewInode(ctx, n.r.newNode(f), gofs.StableAttr{Mode: f.kind, Ino: f.ino, Gen: f.gen})
+	return n.NewInode(ctx, n.r.newNode(f), f.identity())
 }
 
 // hidden reports whether nm in n is the internal directory.

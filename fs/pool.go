@@ -44,16 +44,10 @@ func newStagingPool(dir, size int, log *zap.Logger) *stagingPool {
 
 // take returns an empty private 0600 file in staging/ and its name.
 func (p *stagingPool) take() (*os.File, string, error) {
-	p.mu.Lock()
-	if p.off || len(p.fds) == 0 {
-		p.mu.Unlock()
-		p.poke()
+	fd, ok := p.pop()
+	if !ok {
 		return newTemp(p.dir)
 	}
-	fd := p.fds[len(p.fds)-1]
-	p.fds = p.fds[:len(p.fds)-1]
-	p.mu.Unlock()
-	p.poke()
 	nm := tempName()
 	err := unix.Linkat(fd, "", p.dir, nm, unix.AT_EMPTY_PATH)
 	if err != nil {
@@ -73,16 +67,25 @@ func (p *stagingPool) take() (*os.File, string, error) {
 // the file itself, so its name would only cost a linkat and an unlink.
 // Without a pool it is named as take does.
 func (p *stagingPool) takeNameless() (*os.File, string, error) {
+	fd, ok := p.pop()
+	if !ok {
+		return newTemp(p.dir)
+	}
+	return os.NewFile(uintptr(fd), "pending append"), "", nil
+}
+
+// pop takes a file made ahead, if the pool has one, and wakes the
+// filler to replace it.
+func (p *stagingPool) pop() (int, bool) {
+	defer p.poke()
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.off || len(p.fds) == 0 {
-		p.mu.Unlock()
-		return p.take()
+		return -1, false
 	}
 	fd := p.fds[len(p.fds)-1]
 	p.fds = p.fds[:len(p.fds)-1]
-	p.mu.Unlock()
-	p.poke()
-	return os.NewFile(uintptr(fd), "pending append"), "", nil
+	return fd, true
 }
 
 // refused: this file system or this daemon (linkat of an fd needs

@@ -67,6 +67,10 @@ func runPerls(e *env, what string, n int, prog string, args ...string) error {
 	return errors.Join(errs...)
 }
 
+// errTorn is a counter file that holds no number: two unlocked writers
+// overlapped (the plain directory's way to lose a counter).
+var errTorn = errors.New("torn")
+
 // readCount reads the number a counter file holds.
 func readCount(p string) (int, error) {
 	b, err := os.ReadFile(p)
@@ -75,7 +79,7 @@ func readCount(p string) (int, error) {
 	}
 	n, err := strconv.Atoi(strings.TrimSuffix(string(b), "\n"))
 	if err != nil {
-		return 0, fmt.Errorf("%s holds %q, not a count", p, b)
+		return 0, fmt.Errorf("%s holds %q, not a count: %w", p, b, errTorn)
 	}
 	return n, nil
 }

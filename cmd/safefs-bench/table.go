@@ -98,6 +98,9 @@ func errCell(err error) string {
 	if errors.Is(err, errNoApache) {
 		return "error: " + errNoApache.Error()
 	}
+	if errors.Is(err, errTorn) {
+		return "torn"
+	}
 	var lost lostError
 	if errors.As(err, &lost) {
 		return "error: " + lost.Error()

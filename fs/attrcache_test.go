@@ -2,6 +2,7 @@ package fs_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -124,5 +125,64 @@ func TestAttrCacheWriterBeforeAndAfterFirstWrite(t *testing.T) {
 		}
 		require.NoError(t, f.Close())
 		require.Equal(t, strconv.FormatInt(committed+3, 10), statOther(), "round %d: after the close", round)
+	}
+}
+
+// A commit after a write(2) leaves the kernel's cache to the kernel (it
+// dropped the size at the write); one without a write(2) still drops it
+// itself. Either way a stat right after close() gives the committed size,
+// whatever was cached before: appends, and commits of a truncation alone.
+func TestAttrCacheCommitKinds(t *testing.T) {
+	m := testfs.New(t)
+	p := m.Path("kinds")
+	require.NoError(t, os.WriteFile(p, []byte("0123456789"), 0o644))
+	size := int64(10)
+	fill := func(round int, what string) {
+		for range 3 { // cached: no writer is open
+			st, err := os.Stat(p)
+			require.NoError(t, err)
+			require.Equal(t, size, st.Size(), "round %d: before %s", round, what)
+		}
+	}
+	for round := range 60 {
+		fill(round, "the open")
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_APPEND, 0)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		if round%2 == 0 {
+			_, err = f.Write([]byte("abc"))
+			require.NoError(t, err)
+			size += 3
+		} else {
+			require.NoError(t, f.Truncate(size-2))
+			size -= 2
+		}
+		require.NoError(t, f.Close())
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.Equal(t, size, st.Size(), "round %d: stat right after the commit's close", round)
+	}
+}
+
+// A shared map's changes reach the daemon as page-cache writes, not as
+// write(2)s: a stat right after the commit's close still shows the new
+// time (a map cannot change the size). The map is made by a helper
+// process: a process that serves the mount must not map its files.
+func TestAttrCacheMappedCommit(t *testing.T) {
+	v := mmVersion('a', mmPage)
+	_, p := mmSetup(t, v)
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for round := range 5 {
+		require.NoError(t, os.Chtimes(p, old, old))
+		for range 3 { // cached: no writer is open
+			st, err := os.Stat(p)
+			require.NoError(t, err)
+			require.True(t, st.ModTime().Equal(old), "round %d: before the map", round)
+		}
+		w := mmStartSession(t, p)
+		w.do(t, "open rw", fmt.Sprint("map ", len(v)), "fill "+string(rune('b'+round)), "munmap", "close")
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.True(t, st.ModTime().After(old), "round %d: stat right after the commit still has the time before the map", round)
 	}
 }

@@ -58,7 +58,9 @@ func (h *handle) commitLocked() error {
 		// so the next stat or read need not reopen it.
 		h.baseVer = h.n.f.ver()
 	}
-	h.n.f.uncache(h.n.EmbeddedInode())
+	if !h.wrote || !r.writesUncache.Load() {
+		h.n.f.uncache(h.n.EmbeddedInode())
+	}
 	r.count.commits.Add(1)
 	h.rmwCommitted()
 	return nil

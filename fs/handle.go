@@ -44,11 +44,14 @@ type handle struct {
 	// written yet. A shell's `cmd > file` closes such a descriptor after
 	// moving it to stdout: that close must not publish an empty file.
 	truncOnly bool
-	flushed   bool       // closed once and not used since: likely not what a stat means
-	closer    uint32     // the thread whose close() is committing, 0 if none
-	closed    bool       // released: base and first are gone
-	private   bool       // an O_TMPFILE file not linked yet: writes go to base
-	obs       *commitObs // the commit in progress, with an Observer
+	flushed   bool // closed once and not used since: likely not what a stat means
+	// wrote: a write(2) reached this handle, so the kernel has dropped
+	// the attributes it cached before the open (see uncache).
+	wrote   bool
+	closer  uint32     // the thread whose close() is committing, 0 if none
+	closed  bool       // released: base and first are gone
+	private bool       // an O_TMPFILE file not linked yet: writes go to base
+	obs     *commitObs // the commit in progress, with an Observer
 	// pendingSeen: the pending size at the last look of Server.Gauges.
 	pendingSeen atomic.Int64
 	// mapped: a shared map of this handle has faulted pages in (see
@@ -227,6 +230,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
 	if n > 0 {
+		h.wrote = h.wrote || hasFh(ctx)
 		h.changed()
 		h.noteSize()
 	}

@@ -197,6 +197,7 @@ func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) 
 		return nil, err
 	}
 	closeOnExec()
+	top.r.writesUncache.Store(srv.KernelSettings().Minor >= 35)
 	return srv, nil
 }
 

@@ -36,6 +36,16 @@ func (w rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.R
 	return w.RawFileSystem.Read(cancel, in, buf)
 }
 
+// A WRITE from the page cache (a shared map's dirty pages) is marked with
+// the same bit: unlike a write(2), the kernel did not drop the inode's
+// cached attributes for it (see uncache).
+func (w rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
+		in.Caller.Pid |= noFh
+	}
+	return w.RawFileSystem.Write(cancel, in, data)
+}
+
 // fillsPages reports whether a READ fills the page cache for a map.
 func fillsPages(ctx context.Context) bool { return !hasFh(ctx) }
 

@@ -50,6 +50,9 @@ type root struct {
 	pool      *stagingPool
 	book      lockBook // script locks held through this daemon (locks.go)
 	pt        ptRoot   // passthrough (passthrough.go)
+	// writesUncache: the kernel drops an inode's cached size and times
+	// at each write(2) itself (FUSE 7.35, Linux 5.16; see uncache).
+	writesUncache atomic.Bool
 }
 
 // crash kills the daemon at a named step of a commit, for crash tests

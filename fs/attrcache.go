@@ -20,18 +20,58 @@ const attrTTL = time.Second
 // answers for the caller (callerHandle). Treating a writer that has not
 // written yet as agreeing (it sees the committed version) saves two
 // round trips per `open >>`; it was tried and kept out while a gdbm_open
-// failure under concurrency is not understood (README).
+// failure under concurrency is not understood (README). A writer that
+// closed with nothing pending and waits for its release does agree
+// (settle): a later change through it is a write, truncation or
+// fallocate, at which the kernel drops what it cached itself.
 
 // quiet reports whether every process sees f's committed attributes.
 // f.mu is held.
 func (f *file) quiet() bool {
 	for h := range f.handles {
-		// write is fixed at open, and a reader's baseVer too.
-		if h.write || h.baseVer != f.version {
+		if h.write { // fixed at open
+			if h.settled.Load() != f.version+1 {
+				return false
+			}
+			continue
+		}
+		if h.baseVer != f.version { // a reader's is fixed at open
 			return false
 		}
 	}
 	return true
+}
+
+// settle marks a writer whose close left nothing pending as showing the
+// committed version (quiet), until it changes anything (changed) or is
+// mapped. h.mu is held.
+func (h *handle) settle() {
+	if !h.write || h.dirty || h.stage != nil || h.mapped.Load() {
+		return
+	}
+	f := h.n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h.baseVer == f.version {
+		h.settled.Store(f.version + 1)
+		// Attributes may be cached from now on: only a write(2) after
+		// this spares the next commit its invalidation (uncache).
+		h.wrote = false
+	}
+}
+
+// baseIsCurrent reports whether base is the file's committed version
+// (an append or an in-place commit wrote its inode). The caller holds
+// the file's commit lock.
+func (h *handle) baseIsCurrent() bool {
+	st, err := fstat(int(h.base.Fd()))
+	if err != nil {
+		return false
+	}
+	f := h.n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return keyOf(&st) == f.key
 }
 
 // attrTimeout is the TTL for attributes of f read at version ver. The

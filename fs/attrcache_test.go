@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,5 +185,48 @@ func TestAttrCacheMappedCommit(t *testing.T) {
 		st, err := os.Stat(p)
 		require.NoError(t, err)
 		require.True(t, st.ModTime().After(old), "round %d: stat right after the commit still has the time before the map", round)
+	}
+}
+
+// A writer whose close() left nothing pending lets attributes be cached
+// while its handle lives on (here through a dup'ed descriptor); when it
+// writes again, its fstat gives its pending size and another process's
+// stat the committed one, until its last close commits.
+func TestAttrCacheSettledWriterWritesAgain(t *testing.T) {
+	m := testfs.New(t)
+	p := m.Path("settled")
+	require.NoError(t, os.WriteFile(p, []byte("12345"), 0o644))
+	statOther := func() string {
+		out, err := exec.Command("stat", "-c", "%s", p).Output()
+		require.NoError(t, err)
+		return strings.TrimSpace(string(out))
+	}
+	size := 5
+	for round := range 10 {
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_APPEND, 0)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		fd, err := syscall.Dup(int(f.Fd()))
+		require.NoError(t, err)
+		dup := os.NewFile(uintptr(fd), p)
+		t.Cleanup(func() { dup.Close() })
+		_, err = f.Write([]byte("abc"))
+		require.NoError(t, err)
+		require.NoError(t, f.Close()) // commits; dup keeps the handle
+		size += 3
+		for range 3 { // may be cached now
+			require.Equal(t, strconv.Itoa(size), statOther(), "round %d: after the first close", round)
+		}
+		_, err = dup.Write([]byte("de"))
+		require.NoError(t, err)
+		for range 3 {
+			fi, err := dup.Stat()
+			require.NoError(t, err)
+			require.EqualValues(t, size+2, fi.Size(), "round %d: the writer's fstat after writing again", round)
+			require.Equal(t, strconv.Itoa(size), statOther(), "round %d: another process sees pending bytes", round)
+		}
+		require.NoError(t, dup.Close())
+		size += 2
+		require.Equal(t, strconv.Itoa(size), statOther(), "round %d: after the last close", round)
 	}
 }

@@ -52,10 +52,11 @@ func (h *handle) commitLocked() error {
 		return h.reject(err)
 	}
 	h.n.f.bump()
-	if h.base != base {
-		// A replace made the staging file base: it is the version just
-		// bumped to (no other commit of the file runs: we hold its lock),
-		// so the next stat or read need not reopen it.
+	if h.base != base || h.baseIsCurrent() {
+		// A replace made the staging file base, an append or an in-place
+		// commit wrote base's inode: it is the version just bumped to (no
+		// other commit of the file runs: we hold its lock), so the next
+		// stat or read need not reopen it.
 		h.baseVer = h.n.f.ver()
 	}
 	if !h.wrote || !r.writesUncache.Load() {

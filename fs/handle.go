@@ -45,8 +45,8 @@ type handle struct {
 	// moving it to stdout: that close must not publish an empty file.
 	truncOnly bool
 	flushed   bool // closed once and not used since: likely not what a stat means
-	// wrote: a write(2) reached this handle, so the kernel has dropped
-	// the attributes it cached before the open (see uncache).
+	// wrote: a write(2) reached this handle since its open or settle, so
+	// the kernel has dropped the attributes it cached before (uncache).
 	wrote   bool
 	closer  uint32     // the thread whose close() is committing, 0 if none
 	closed  bool       // released: base and first are gone
@@ -63,6 +63,9 @@ type handle struct {
 	staged atomic.Int64
 	rmw    rmwHandle
 	pt     bool // opened with the file's backing ID (passthrough.go)
+	// settled: 1 + the version this writer shows since a close left
+	// nothing pending, 0 if none (settle).
+	settled atomic.Uint64
 }
 
 var (
@@ -119,6 +122,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	}
 	if fillsPages(ctx) && !h.mapped.Load() {
 		h.mapped.Store(true)
+		h.settled.Store(0)
 		h.n.f.ptMapped()
 		h.noteSize()
 	}
@@ -243,6 +247,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // changed records a change made by the handle's user: pending, and
 // neither left by a killed process nor only the open's O_TRUNC.
 func (h *handle) changed() {
+	h.settled.Store(0)
 	h.dirty, h.killed, h.truncOnly = true, false, false
 }
 
@@ -377,6 +382,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	defer h.mu.Unlock()
 	h.flushed = true
 	if !h.dirty {
+		h.settle()
 		return 0
 	}
 	if h.n.r.opts.KillCheck {
@@ -396,7 +402,11 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		h.closer = c.Pid
 		defer func() { h.closer = 0 }()
 	}
-	return h.errno(h.commit())
+	err := h.commit()
+	if err == nil {
+		h.settle()
+	}
+	return h.errno(err)
 }
 
 // killedClose is the close of a writer killed by a signal: nothing is

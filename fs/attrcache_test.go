@@ -44,11 +44,7 @@ func TestAttrCachePendingSizeStaysPrivate(t *testing.T) {
 	m := testfs.New(t)
 	p := m.Path("pending")
 	require.NoError(t, os.WriteFile(p, []byte("12345"), 0o644))
-	statOther := func() string { // another process (stat(1)), by name
-		out, err := exec.Command("stat", "-c", "%s", p).Output()
-		require.NoError(t, err)
-		return strings.TrimSpace(string(out))
-	}
+	statOther := func() string { return sizeByOther(t, p) }
 	for range 3 {
 		require.Equal(t, "5", statOther())
 	}
@@ -98,11 +94,7 @@ func TestAttrCacheWriterBeforeAndAfterFirstWrite(t *testing.T) {
 	m := testfs.New(t)
 	p := m.Path("log")
 	require.NoError(t, os.WriteFile(p, []byte("12345"), 0o644))
-	statOther := func() string {
-		out, err := exec.Command("stat", "-c", "%s", p).Output()
-		require.NoError(t, err)
-		return strings.TrimSpace(string(out))
-	}
+	statOther := func() string { return sizeByOther(t, p) }
 	for round := range 20 {
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
 		require.NoError(t, err)
@@ -110,20 +102,11 @@ func TestAttrCacheWriterBeforeAndAfterFirstWrite(t *testing.T) {
 		// left open would be flushed at exit to a server already gone.
 		t.Cleanup(func() { f.Close() })
 		committed := int64(5 + 3*round)
-		for range 3 { // both views agree: cached for all
-			fi, err := f.Stat()
-			require.NoError(t, err)
-			require.Equal(t, committed, fi.Size(), "round %d: the writer before writing", round)
-			require.Equal(t, strconv.FormatInt(committed, 10), statOther(), "round %d", round)
-		}
+		// Before writing, both views agree: cached for all.
+		requireViews(t, f, p, committed, committed, fmt.Sprintf("round %d: before writing", round))
 		_, err = f.Write([]byte("abc"))
 		require.NoError(t, err)
-		for range 3 {
-			fi, err := f.Stat()
-			require.NoError(t, err)
-			require.Equal(t, committed+3, fi.Size(), "round %d: the writer's fstat after its write", round)
-			require.Equal(t, strconv.FormatInt(committed, 10), statOther(), "round %d: another process sees pending bytes", round)
-		}
+		requireViews(t, f, p, committed+3, committed, fmt.Sprintf("round %d: after writing", round))
 		require.NoError(t, f.Close())
 		require.Equal(t, strconv.FormatInt(committed+3, 10), statOther(), "round %d: after the close", round)
 	}
@@ -196,11 +179,7 @@ func TestAttrCacheSettledWriterWritesAgain(t *testing.T) {
 	m := testfs.New(t)
 	p := m.Path("settled")
 	require.NoError(t, os.WriteFile(p, []byte("12345"), 0o644))
-	statOther := func() string {
-		out, err := exec.Command("stat", "-c", "%s", p).Output()
-		require.NoError(t, err)
-		return strings.TrimSpace(string(out))
-	}
+	statOther := func() string { return sizeByOther(t, p) }
 	size := 5
 	for round := range 10 {
 		f, err := os.OpenFile(p, os.O_RDWR|os.O_APPEND, 0)
@@ -219,14 +198,29 @@ func TestAttrCacheSettledWriterWritesAgain(t *testing.T) {
 		}
 		_, err = dup.Write([]byte("de"))
 		require.NoError(t, err)
-		for range 3 {
-			fi, err := dup.Stat()
-			require.NoError(t, err)
-			require.EqualValues(t, size+2, fi.Size(), "round %d: the writer's fstat after writing again", round)
-			require.Equal(t, strconv.Itoa(size), statOther(), "round %d: another process sees pending bytes", round)
-		}
+		requireViews(t, dup, p, int64(size+2), int64(size), fmt.Sprintf("round %d: after writing again", round))
 		require.NoError(t, dup.Close())
 		size += 2
 		require.Equal(t, strconv.Itoa(size), statOther(), "round %d: after the last close", round)
+	}
+}
+
+// sizeByOther is the size another process (stat(1)) sees at p, by name.
+func sizeByOther(t *testing.T, p string) string {
+	t.Helper()
+	out, err := exec.Command("stat", "-c", "%s", p).Output()
+	require.NoError(t, err)
+	return strings.TrimSpace(string(out))
+}
+
+// requireViews checks three times that the writer w's fstat gives own and
+// another process's stat of p gives others.
+func requireViews(t *testing.T, w *os.File, p string, own, others int64, what string) {
+	t.Helper()
+	for range 3 {
+		fi, err := w.Stat()
+		require.NoError(t, err)
+		require.Equal(t, own, fi.Size(), "%s: the writer's fstat", what)
+		require.Equal(t, strconv.FormatInt(others, 10), sizeByOther(t, p), "%s: another process's stat", what)
 	}
 }

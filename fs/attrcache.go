@@ -17,13 +17,10 @@ const attrTTL = time.Second
 // attributes per inode, not per process. So they are cached only while
 // all views agree: no handle open for writing, and every reader on the
 // committed version. Otherwise each stat asks the daemon (TTL 0), which
-// answers for the caller (callerHandle). Treating a writer that has not
-// written yet as agreeing (it sees the committed version) saves two
-// round trips per `open >>`; it was tried and kept out while a gdbm_open
-// failure under concurrency is not understood (README). A writer that
-// closed with nothing pending and waits for its release does agree
-// (settle): a later change through it is a write, truncation or
-// fallocate, at which the kernel drops what it cached itself.
+// answers for the caller (callerHandle). A writer with nothing pending
+// (not written yet, or its close() committed all) agrees too (settle):
+// its next change is a write, truncation or fallocate, at which the
+// kernel drops what it cached itself.
 
 // quiet reports whether every process sees f's committed attributes.
 // f.mu is held.
@@ -42,9 +39,9 @@ func (f *file) quiet() bool {
 	return true
 }
 
-// settle marks a writer whose close left nothing pending as showing the
-// committed version (quiet), until it changes anything (changed) or is
-// mapped. h.mu is held.
+// settle marks a writer with nothing pending (at its open, or after a
+// close) as showing the committed version (quiet), until it changes
+// anything (changed) or is mapped. h.mu is held.
 func (h *handle) settle() {
 	if !h.write || h.dirty || h.stage != nil || h.mapped.Load() {
 		return

@@ -63,7 +63,7 @@ type handle struct {
 	staged atomic.Int64
 	rmw    rmwHandle
 	pt     bool // opened with the file's backing ID (passthrough.go)
-	// settled: 1 + the version this writer shows since a close left
+	// settled: 1 + the committed version this writer shows while it has
 	// nothing pending, 0 if none (settle).
 	settled atomic.Uint64
 }

@@ -114,6 +114,8 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 		}
 		h.truncOnly = true
 	}
+	// Until it writes, a writer shows the committed version (quiet).
+	h.settle()
 	n.f.addHandle(h)
 	return h, nil
 }

@@ -91,11 +91,12 @@ func (f *file) attrTimeout(ver uint64) time.Duration {
 // have cached is still the committed version, and the kernel drops the
 // writer's own view itself at each write and truncation.
 //
-// Nor does a commit whose handle had a write(2): the kernel dropped the
-// cached size and times at that write (FUSE_STATX_MODSIZE, Linux 5.16+)
-// and, the handle being open for writing, every reply since carried TTL
-// 0; a reply decided before the open and arriving after the write is
-// older than the write and not stored. Mode and owner stay valid, so the
+// Nor does a commit whose handle had a write(2) since it last settled:
+// the kernel dropped the cached size and times at that write
+// (FUSE_STATX_MODSIZE, Linux 5.16+); from the write on the handle had
+// something pending, so every reply carried TTL 0; a reply decided
+// before the write and arriving after it is older than the write and
+// not stored. Mode and owner stay valid, so the
 // next open's permission check needs no GETATTR: one round trip less
 // per `open >>`/print/close. Commits keep mode, owner and ACLs.
 func (f *file) uncache(in *gofs.Inode) {

@@ -37,8 +37,8 @@ func (w rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.R
 }
 
 // A WRITE from the page cache (a shared map's dirty pages) is marked with
-// the same bit: unlike a write(2), the kernel did not drop the inode's
-// cached attributes for it (see uncache).
+// the same bit: the kernel drops no cached size for it, as it does for a
+// write(2), only the times once the writeback ends (see uncache).
 func (w rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
 		in.Caller.Pid |= noFh

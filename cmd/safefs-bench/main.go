@@ -111,15 +111,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return bench(log, stdout, stderr, *dir, tnames, ws, cfg, *markdown)
 }
 
-// bench mounts the targets, runs every workload on every target in turn
-// and prints the table. Mounts are undone on return, including after
-// SIGINT or SIGTERM, which stop the running workload at its next operation.
 // unsafeLoss: the naive counter torn on a target without safefs is the
 // loss the row exists to show, a result ("torn"), not a failed run.
 func unsafeLoss(w workload, t *target, err error) bool {
 	return w.name == "naive-counter" && !strings.HasPrefix(t.name, "safefs") && errors.Is(err, errTorn)
 }
 
+// bench mounts the targets, runs every workload on every target in turn
+// and prints the table. Mounts are undone on return, including after
+// SIGINT or SIGTERM, which stop the running workload at its next operation.
 func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []string, ws []workload, cfg config, markdown bool) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()

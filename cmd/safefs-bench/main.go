@@ -114,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 // unsafeLoss: the naive counter torn on a target without safefs is the
 // loss the row exists to show, a result ("torn"), not a failed run.
 func unsafeLoss(w workload, t *target, err error) bool {
-	return w.name == "naive-counter" && !strings.HasPrefix(t.name, "safefs") && errors.Is(err, errTorn)
+	return w.name == "naive-counter" && !isSafefs(t.name) && errors.Is(err, errTorn)
 }
 
 // bench mounts the targets, runs every workload on every target in turn

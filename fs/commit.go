@@ -39,8 +39,9 @@ func (h *handle) commitLocked() error {
 	defer held.Release()
 	g := grant{held, key.Name, h}
 	base := h.base
+	onBase := false // the commit wrote base's own inode
 	if h.append {
-		err = h.commitAppend(g)
+		onBase, err = h.commitAppend(g)
 	} else {
 		err = h.commitWhole(g)
 	}
@@ -52,7 +53,7 @@ func (h *handle) commitLocked() error {
 		return h.reject(err)
 	}
 	h.n.f.bump()
-	if h.base != base || h.baseIsCurrent() {
+	if h.base != base || onBase || h.baseIsCurrent() {
 		// A replace made the staging file base, an append or an in-place
 		// commit wrote base's inode: it is the version just bumped to (no
 		// other commit of the file runs: we hold its lock), so the next
@@ -115,7 +116,7 @@ func (v named) reopen(flags int) (*os.File, error) {
 // left to keep. One line is logged, at most a few per interval.
 func (h *handle) reject(why error) error {
 	r := h.n.r
-	if h.stage == nil {
+	if h.stage == nil && len(h.buf) == 0 {
 		// Failed after its rename: the new version is in place, but
 		// its directory's fsync failed: it may not survive a crash.
 		r.log.Error("commit made but not durable", zap.String("path", logPath(h.n.path())), zap.Error(why))
@@ -343,43 +344,37 @@ func (h *handle) dropSetID(target *os.File, st *unix.Stat_t) error {
 	return nil
 }
 
-func (h *handle) commitAppend(g grant) error {
+// commitAppend writes the pending appends at the end of the file in
+// place. It reports whether it wrote through base (then the version
+// committed).
+func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	r := h.n.r
 	v, err := h.n.locate(g)
 	if errors.Is(err, errUnlinked) {
 		h.dirty = false
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer unix.Close(v.fd)
-	target, err := v.reopen(unix.O_WRONLY)
+	target, st, onBase, err := h.appendTarget(v)
 	if err != nil {
-		return err
+		return false, err
 	}
-	defer target.Close()
-	st, err := fstat(int(target.Fd()))
-	if err != nil {
-		return err
+	if !onBase {
+		defer target.Close()
 	}
 	fd := int(target.Fd())
-	ps, err := fstat(int(h.stage.Fd()))
+	n, crc, err := h.pendingAppend()
 	if err != nil {
-		return err
-	}
-	if err := h.roomForCopy(h.stage); err != nil {
-		return err
-	}
-	crc, err := journal.CRC(h.stage, 0, ps.Size)
-	if err != nil {
-		return err
+		return false, err
 	}
 	if err := g.Check(); err != nil {
-		return err
+		return false, err
 	}
 	rec := journal.Record{Kind: journal.Append, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
-		OldSize: st.Size, Len: ps.Size, CRC: crc, Rev: g.Token()}
+		OldSize: st.Size, Len: n, CRC: crc, Rev: g.Token()}
 	if r.clustered() {
 		// Recovery tells its own partial bytes from other daemons'
 		// appends by them (journal settleAppend).
@@ -387,23 +382,23 @@ func (h *handle) commitAppend(g grant) error {
 	}
 	e, err := r.jr.Begin(rec)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := h.dropSetID(target, &st); err != nil {
-		return h.undoAppend(e, fd, st.Size, err)
+		return false, h.undoAppend(e, fd, st.Size, err)
 	}
 	r.crash("append-begun")
 	if err := g.fence(""); err != nil {
 		// Not ours any more: another daemon may be appending now, so
 		// the file is left alone (no cut back).
 		_ = e.Abort()
-		return err
+		return false, err
 	}
 	if r.crashAt == "append-half" {
-		_ = copyRange(target, st.Size, h.stage, 0, ps.Size/2)
+		_ = h.copyAppendPart(target, st.Size, 0, n/2)
 		r.crash("append-half")
 	}
-	err = h.copyAppend(target, st.Size, ps.Size, g)
+	err = h.copyAppend(target, st.Size, n, g)
 	if err == nil {
 		r.crash("append-written")
 		if r.opts.Durable {
@@ -411,7 +406,7 @@ func (h *handle) commitAppend(g grant) error {
 		}
 	}
 	if err != nil {
-		return h.undoAppend(e, fd, st.Size, err)
+		return false, h.undoAppend(e, fd, st.Size, err)
 	}
 	r.crash("append-synced")
 	// The appended bytes are durable: an open record would verify them
@@ -424,7 +419,49 @@ func (h *handle) commitAppend(g grant) error {
 	}
 	r.crash("append-ended")
 	h.discard()
-	return err
+	return onBase, err
+}
+
+// appendTarget opens the located version for writing, with its stat. A
+// writer's base is open for writing and follows the committed version:
+// when it is v's inode it serves, saving an open through /proc. onBase
+// tells the caller not to close it.
+func (h *handle) appendTarget(v named) (target *os.File, st unix.Stat_t, onBase bool, err error) {
+	if h.base != nil && h.write && !h.private {
+		st, err = fstat(int(h.base.Fd()))
+		if err == nil && st.Dev == v.st.Dev && st.Ino == v.st.Ino {
+			return h.base, st, true, nil
+		}
+	}
+	target, err = v.reopen(unix.O_WRONLY)
+	if err != nil {
+		return nil, st, false, err
+	}
+	st, err = fstat(int(target.Fd()))
+	if err != nil {
+		target.Close()
+		return nil, st, false, err
+	}
+	return target, st, false, nil
+}
+
+// pendingAppend returns the size and CRC of the pending appends, after
+// checking there is room for the daemon to write them for the handle's
+// user.
+func (h *handle) pendingAppend() (int64, uint32, error) {
+	if h.stage == nil {
+		n := int64(len(h.buf))
+		return n, journal.Checksum(h.buf), h.n.r.roomFor(h.uid, n)
+	}
+	ps, err := fstat(int(h.stage.Fd()))
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := h.n.r.roomFor(h.uid, ps.Blocks*512); err != nil {
+		return 0, 0, err
+	}
+	crc, err := journal.CRC(h.stage, 0, ps.Size)
+	return ps.Size, crc, err
 }
 
 // appendChunk is how much an append copies between checks that its
@@ -449,11 +486,21 @@ func (h *handle) copyAppend(target *os.File, size, n int64, g grant) error {
 				return err
 			}
 		}
-		if err := copyRange(target, size+off, h.stage, off, min(appendChunk, n-off)); err != nil {
+		if err := h.copyAppendPart(target, size+off, off, min(appendChunk, n-off)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// copyAppendPart writes n pending bytes from src on, at dst in target:
+// from the buffer or the staging file.
+func (h *handle) copyAppendPart(target *os.File, dst, src, n int64) error {
+	if h.stage != nil {
+		return copyRange(target, dst, h.stage, src, n)
+	}
+	_, err := target.WriteAt(h.buf[src:src+n], dst)
+	return err
 }
 
 // lockContext bounds a lock wait by lock_timeout. It is not the request's

@@ -36,6 +36,7 @@ type handle struct {
 	baseVer uint64   // f.version when base was opened
 	stage   *os.File // pending version, nil when clean
 	stageNm string
+	buf     []byte // pending appends not in stage yet (appendbuf.go)
 	dirty   bool // stage holds changes no commit has published
 	// killed: the last FLUSH came from a process killed by a signal, so
 	// RELEASE must not commit what it left; a live close or write clears it.
@@ -136,6 +137,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 // pread reads what this handle sees: its pending version, or for an
 // appender the committed file followed by its pending appends.
 func (h *handle) pread(dest []byte, off int64) (int, error) {
+	if err := h.spill(); err != nil {
+		return 0, err
+	}
 	if h.stage == nil {
 		return unix.Pread(int(h.base.Fd()), dest, off)
 	}
@@ -220,6 +224,15 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, h.errno(err)
 	}
 	h.rmwWrite()
+	if h.bufferAppend(data) {
+		h.wrote = h.wrote || hasFh(ctx)
+		h.changed()
+		h.noteSize()
+		return uint32(len(data)), 0
+	}
+	if err := h.spill(); err != nil {
+		return 0, h.errno(err)
+	}
 	if err := h.copyUp(h.append); err != nil {
 		return 0, h.errno(err)
 	}
@@ -281,6 +294,9 @@ func (h *handle) truncate(size uint64) error {
 func (h *handle) unappend(empty bool) error {
 	if !h.append {
 		return nil
+	}
+	if err := h.spill(); err != nil {
+		return err
 	}
 	pending, pendingNm := h.stage, h.stageNm
 	h.stage, h.stageNm, h.append = nil, "", false
@@ -352,6 +368,9 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 		return unix.Stat_t{}, syscall.EBADF
 	}
 	if err := h.refresh(); err != nil {
+		return unix.Stat_t{}, err
+	}
+	if err := h.spill(); err != nil {
 		return unix.Stat_t{}, err
 	}
 	st, err := fstat(int(h.base.Fd()))
@@ -519,6 +538,7 @@ func (h *handle) discard() {
 	if h.stage != nil {
 		h.n.r.dropTemp(h.n.r.stagingfd, h.stage, h.stageNm)
 	}
+	h.dropBuf()
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	h.staged.Store(0)
 }

@@ -245,7 +245,7 @@ func (s *Server) Gauges() Gauges {
 // notePending records the pending size before a commit that may wait
 // with h.mu held: Gauges and Status report it meanwhile.
 func (h *handle) notePending() {
-	var n int64
+	n := int64(len(h.buf))
 	if h.stage != nil {
 		if st, err := fstat(int(h.stage.Fd())); err == nil {
 			n = st.Size
@@ -259,7 +259,7 @@ func (h *handle) pendingBytes() int64 {
 		return h.pendingSeen.Load()
 	}
 	defer h.mu.Unlock()
-	var n int64
+	n := int64(len(h.buf))
 	if h.stage != nil {
 		if st, err := fstat(int(h.stage.Fd())); err == nil {
 			n = st.Size

@@ -64,7 +64,7 @@ func taskFlags(pid uint32) (uint64, error) {
 // statField returns field n (from 1, as proc(5) counts) of
 // /proc/<pid>/stat, for n past the command name (field 2).
 func statField(pid uint32, n int) (string, error) {
-	b, err := readProc("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	b, err := readProcLine("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
 	if err != nil {
 		return "", err
 	}
@@ -145,7 +145,14 @@ func readStatus(pid uint32, field string) string {
 // readProc reads a small /proc file with plain system calls: os.Open
 // and os.ReadFile try to register the descriptor with the poller (five
 // more calls, all wasted on /proc) and fstat it, on every request.
-func readProc(path string) ([]byte, error) {
+func readProc(path string) ([]byte, error) { return readProcFile(path, false) }
+
+// readProcLine is readProc for a file of one line (/proc/<pid>/stat):
+// a read that ends the line has it all (procfs renders the file at the
+// first read), which spares the read that would see the end of file.
+func readProcLine(path string) ([]byte, error) { return readProcFile(path, true) }
+
+func readProcFile(path string, line bool) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -164,6 +171,9 @@ func readProc(path string) ([]byte, error) {
 			return b, nil
 		}
 		b = b[:len(b)+n]
+		if line && b[len(b)-1] == '\n' {
+			return b, nil
+		}
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}

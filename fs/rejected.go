@@ -81,6 +81,11 @@ func keptCost(st *unix.Stat_t) int64 { return max(st.Blocks*512, minKeptCost) }
 // dropped).
 func (h *handle) keep() string {
 	r := h.n.r
+	if err := h.spill(); err != nil {
+		r.count.dropped.Add(1)
+		h.discard()
+		return ""
+	}
 	st, err := fstat(int(h.stage.Fd()))
 	if err != nil || !r.kept.take(h.uid, keptCost(&st)) {
 		r.count.dropped.Add(1)

@@ -48,6 +48,7 @@ type root struct {
 	rejectLog logLimit
 	rmw       *rmwState // nil: read-modify-write sessions off
 	pool      *stagingPool
+	appendBufs appendBuffers // pending appends kept in memory (appendbuf.go)
 	book      lockBook // script locks held through this daemon (locks.go)
 	pt        ptRoot   // passthrough (passthrough.go)
 	// writesUncache: the kernel drops an inode's cached size and times

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,16 @@ func TestReadProc(t *testing.T) {
 
 	_, err = readProc(filepath.Join(t.TempDir(), "missing"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+
+	// A one-line file in one read; a file whose first read does not end
+	// a line is read on to its end.
+	line, err := readProcLine("/proc/self/stat")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(line), strconv.Itoa(os.Getpid())+" ("), "%q", line)
+	assert.True(t, strings.HasSuffix(string(line), "\n"))
+	got, err = readProcLine(p)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
 }
 
 // A thread that opened a handle is answered from it; others from /proc.

@@ -136,3 +136,6 @@ var zeroPowers = sync.OnceValue(func() []gf2 {
 	}
 	return out
 })
+
+// Checksum is CRC of bytes held in memory.
+func Checksum(b []byte) uint32 { return crc32c(b) }

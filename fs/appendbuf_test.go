@@ -1,0 +1,140 @@
+package fs
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// mountForTest mounts a fresh BACKING with the default options and
+// returns the server, BACKING and the mount point.
+func mountForTest(t *testing.T) (*Server, string, string) {
+	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs /dev/fuse and root: %v", err)
+		}
+		t.Skip("needs /dev/fuse and root")
+	}
+	dir := t.TempDir()
+	backing, mnt := filepath.Join(dir, "b"), filepath.Join(dir, "m")
+	require.NoError(t, os.Mkdir(backing, 0o755))
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	o := DefaultOptions()
+	o.Log = zaptest.NewLogger(t)
+	o.Passthrough = os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1"
+	srv, err := Mount(backing, mnt, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Unmount() })
+	return srv, backing, mnt
+}
+
+// Small appends are held in memory until close; whatever needs them as a
+// file moves them to one first, and each view stays what it was.
+func TestAppendBuffered(t *testing.T) {
+	srv, backing, mnt := mountForTest(t)
+	held := func() int64 { return srv.r.appendBufs.all.Load() }
+	p := filepath.Join(mnt, "log")
+	require.NoError(t, os.WriteFile(p, []byte("old\n"), 0o644))
+
+	t.Run("read_through_handle", func(t *testing.T) {
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_APPEND, 0)
+		require.NoError(t, err)
+		defer f.Close()
+		_, err = f.WriteString("one\n")
+		require.NoError(t, err)
+		assert.EqualValues(t, 4, held(), "a 4-byte append was not kept in memory")
+		got, err := os.ReadFile(p)
+		require.NoError(t, err)
+		assert.Equal(t, "old\n", string(got), "a new reader saw pending bytes")
+		buf := make([]byte, 64)
+		n, _ := f.ReadAt(buf, 0)
+		assert.Equal(t, "old\none\n", string(buf[:n]), "the appender reads the file then its pending bytes")
+		assert.Zero(t, held(), "read without moving the bytes to a staging file")
+		_, err = f.WriteString("two\n")
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		requireFile(t, backing, "old\none\ntwo\n")
+	})
+
+	t.Run("fstat_through_handle", func(t *testing.T) {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		require.NoError(t, err)
+		defer f.Close()
+		_, err = f.WriteString("three\n")
+		require.NoError(t, err)
+		fi, err := f.Stat()
+		require.NoError(t, err)
+		assert.EqualValues(t, len("old\none\ntwo\nthree\n"), fi.Size(), "the appender's fstat shows its pending size")
+		require.NoError(t, f.Close())
+		requireFile(t, backing, "old\none\ntwo\nthree\n")
+	})
+
+	t.Run("ftruncate", func(t *testing.T) {
+		require.NoError(t, os.WriteFile(p, []byte("old\n"), 0o644))
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		require.NoError(t, err)
+		defer f.Close()
+		_, err = f.WriteString("x\n")
+		require.NoError(t, err)
+		require.NoError(t, f.Truncate(5), "ftruncate on O_APPEND acts on the whole file")
+		_, err = f.WriteString("y")
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		requireFile(t, backing, "old\nxy")
+	})
+
+	t.Run("beyond_the_buffer", func(t *testing.T) {
+		require.NoError(t, os.WriteFile(p, nil, 0o644))
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		require.NoError(t, err)
+		defer f.Close()
+		var want bytes.Buffer
+		for i := range 3 * appendBufMax / 100 {
+			line := strings.Repeat(string(rune('a'+i%26)), 99) + "\n"
+			want.WriteString(line)
+			_, err := f.WriteString(line)
+			require.NoError(t, err)
+		}
+		assert.Zero(t, held(), "past appendBufMax the bytes stay in memory")
+		require.NoError(t, f.Close())
+		requireFile(t, backing, want.String())
+	})
+
+	t.Run("rejected", func(t *testing.T) {
+		require.NoError(t, os.WriteFile(p, []byte("old\n"), 0o644))
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		require.NoError(t, err)
+		defer f.Close()
+		_, err = f.WriteString("kept\n")
+		require.NoError(t, err)
+		// Swapped directly in BACKING: the commit must not go there.
+		other := filepath.Join(backing, "other")
+		require.NoError(t, os.WriteFile(other, []byte("someone else's\n"), 0o644))
+		require.NoError(t, os.Rename(other, filepath.Join(backing, "log")))
+		err = f.Close()
+		require.True(t, errors.Is(err, syscall.ESTALE), "close: %v, want ESTALE", err)
+		requireFile(t, backing, "someone else's\n")
+		ents, err := os.ReadDir(filepath.Join(backing, InternalDir, "rejected"))
+		require.NoError(t, err)
+		require.Len(t, ents, 1, "the refused append is not in rejected/")
+		b, err := os.ReadFile(filepath.Join(backing, InternalDir, "rejected", ents[0].Name()))
+		require.NoError(t, err)
+		assert.Equal(t, "kept\n", string(b))
+		assert.Zero(t, held())
+	})
+}
+
+func requireFile(t *testing.T, backing, want string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(backing, "log"))
+	require.NoError(t, err)
+	require.Equal(t, want, string(b))
+}

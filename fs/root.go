@@ -45,12 +45,12 @@ type root struct {
 	dirs                       openDirs
 	kept                       *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
-	rejectLog logLimit
-	rmw       *rmwState // nil: read-modify-write sessions off
-	pool      *stagingPool
+	rejectLog  logLimit
+	rmw        *rmwState // nil: read-modify-write sessions off
+	pool       *stagingPool
 	appendBufs appendBuffers // pending appends kept in memory (appendbuf.go)
-	book      lockBook // script locks held through this daemon (locks.go)
-	pt        ptRoot   // passthrough (passthrough.go)
+	book       lockBook      // script locks held through this daemon (locks.go)
+	pt         ptRoot        // passthrough (passthrough.go)
 	// writesUncache: the kernel drops an inode's cached size and times
 	// at each write(2) itself (FUSE 7.35, Linux 5.16; see uncache).
 	writesUncache atomic.Bool

@@ -78,24 +78,16 @@ func TestAppendBuffered(t *testing.T) {
 	})
 
 	t.Run("ftruncate", func(t *testing.T) {
-		require.NoError(t, os.WriteFile(p, []byte("old\n"), 0o644))
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-		require.NoError(t, err)
-		defer f.Close()
-		_, err = f.WriteString("x\n")
-		require.NoError(t, err)
+		f := appender(t, p, "old\n", "x\n")
 		require.NoError(t, f.Truncate(5), "ftruncate on O_APPEND acts on the whole file")
-		_, err = f.WriteString("y")
+		_, err := f.WriteString("y")
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
 		requireFile(t, backing, "old\nxy")
 	})
 
 	t.Run("beyond_the_buffer", func(t *testing.T) {
-		require.NoError(t, os.WriteFile(p, nil, 0o644))
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-		require.NoError(t, err)
-		defer f.Close()
+		f := appender(t, p, "", "")
 		var want bytes.Buffer
 		for i := range 3 * appendBufMax / 100 {
 			line := strings.Repeat(string(rune('a'+i%26)), 99) + "\n"
@@ -109,17 +101,12 @@ func TestAppendBuffered(t *testing.T) {
 	})
 
 	t.Run("rejected", func(t *testing.T) {
-		require.NoError(t, os.WriteFile(p, []byte("old\n"), 0o644))
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-		require.NoError(t, err)
-		defer f.Close()
-		_, err = f.WriteString("kept\n")
-		require.NoError(t, err)
+		f := appender(t, p, "old\n", "kept\n")
 		// Swapped directly in BACKING: the commit must not go there.
 		other := filepath.Join(backing, "other")
 		require.NoError(t, os.WriteFile(other, []byte("someone else's\n"), 0o644))
 		require.NoError(t, os.Rename(other, filepath.Join(backing, "log")))
-		err = f.Close()
+		err := f.Close()
 		require.True(t, errors.Is(err, syscall.ESTALE), "close: %v, want ESTALE", err)
 		requireFile(t, backing, "someone else's\n")
 		ents, err := os.ReadDir(filepath.Join(backing, InternalDir, "rejected"))
@@ -130,6 +117,21 @@ func TestAppendBuffered(t *testing.T) {
 		assert.Equal(t, "kept\n", string(b))
 		assert.Zero(t, held())
 	})
+}
+
+// appender makes p hold old, opens it O_WRONLY|O_APPEND and appends
+// first (if any) through it; the test closes it.
+func appender(t *testing.T, p, old, first string) *os.File {
+	t.Helper()
+	require.NoError(t, os.WriteFile(p, []byte(old), 0o644))
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	if first != "" {
+		_, err = f.WriteString(first)
+		require.NoError(t, err)
+	}
+	return f
 }
 
 func requireFile(t *testing.T, backing, want string) {

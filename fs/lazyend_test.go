@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
 
 // An append's end line is not synced at its commit (CommitLazy), so a
@@ -14,22 +13,7 @@ import (
 // another file, must sync it first: else recovery after a machine crash
 // could find the record open and its path another file.
 func TestLazyEndSyncedBeforeRename(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs /dev/fuse and root: %v", err)
-		}
-		t.Skip("needs /dev/fuse and root")
-	}
-	dir := t.TempDir()
-	backing, mnt := filepath.Join(dir, "b"), filepath.Join(dir, "m")
-	require.NoError(t, os.Mkdir(backing, 0o755))
-	require.NoError(t, os.Mkdir(mnt, 0o755))
-	o := DefaultOptions()
-	o.Log = zaptest.NewLogger(t)
-	o.Passthrough = os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1"
-	srv, err := Mount(backing, mnt, o)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Unmount() })
+	srv, _, mnt := mountForTest(t)
 	jr := srv.r.jr
 
 	for i, change := range []func(p string) error{

@@ -34,10 +34,11 @@ func (b *appendBuffers) take(n int) bool {
 func (b *appendBuffers) give(n int) { b.all.Add(-int64(n)) }
 
 // bufferAppend keeps data in memory if this appender has no staging file
-// and data fits; it reports whether it did.
+// and data fits; it reports whether it did. An empty write is not a
+// change: it goes the old way, which does not count it.
 func (h *handle) bufferAppend(data []byte) bool {
 	r := h.n.r
-	if !h.append || h.atEnd || h.stage != nil || r.clustered() || h.mapped.Load() ||
+	if len(data) == 0 || !h.append || h.atEnd || h.stage != nil || r.clustered() || h.mapped.Load() ||
 		len(h.buf)+len(data) > appendBufMax || !r.appendBufs.take(len(data)) {
 		return false
 	}

@@ -37,7 +37,7 @@ type handle struct {
 	stage   *os.File // pending version, nil when clean
 	stageNm string
 	buf     []byte // pending appends not in stage yet (appendbuf.go)
-	dirty   bool   // stage holds changes no commit has published
+	dirty   bool   // stage or buf holds changes no commit has published
 	// killed: the last FLUSH came from a process killed by a signal, so
 	// RELEASE must not commit what it left; a live close or write clears it.
 	killed bool

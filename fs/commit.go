@@ -429,7 +429,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 func (h *handle) appendTarget(v named) (target *os.File, st unix.Stat_t, onBase bool, err error) {
 	if h.base != nil && h.write && !h.private {
 		st, err = fstat(int(h.base.Fd()))
-		if err == nil && st.Dev == v.st.Dev && st.Ino == v.st.Ino {
+		if err == nil && keyOf(&st) == keyOf(&v.st) {
 			return h.base, st, true, nil
 		}
 	}

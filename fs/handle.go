@@ -225,9 +225,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	h.rmwWrite()
 	if h.bufferAppend(data) {
-		h.wrote = h.wrote || hasFh(ctx)
-		h.changed()
-		h.noteSize()
+		h.wroteBytes(ctx)
 		return uint32(len(data)), 0
 	}
 	if err := h.spill(); err != nil {
@@ -247,14 +245,20 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
 	if n > 0 {
-		h.wrote = h.wrote || hasFh(ctx)
-		h.changed()
-		h.noteSize()
+		h.wroteBytes(ctx)
 	}
 	if err != nil {
 		return uint32(max(n, 0)), h.errno(err)
 	}
 	return uint32(n), 0
+}
+
+// wroteBytes records a write that put bytes in the pending version,
+// buffered or staged.
+func (h *handle) wroteBytes(ctx context.Context) {
+	h.wrote = h.wrote || hasFh(ctx)
+	h.changed()
+	h.noteSize()
 }
 
 // changed records a change made by the handle's user: pending, and

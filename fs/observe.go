@@ -259,12 +259,6 @@ func (h *handle) pendingBytes() int64 {
 		return h.pendingSeen.Load()
 	}
 	defer h.mu.Unlock()
-	n := int64(len(h.buf))
-	if h.stage != nil {
-		if st, err := fstat(int(h.stage.Fd())); err == nil {
-			n = st.Size
-		}
-	}
-	h.pendingSeen.Store(n)
-	return n
+	h.notePending()
+	return h.pendingSeen.Load()
 }

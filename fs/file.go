@@ -32,7 +32,8 @@ type file struct {
 	names map[name]struct{}
 	// ghost: O_PATH fd of the version that lost its last name through
 	// the mount (unlink, rename over it), so that an open the kernel
-	// resolved before that still opens it, as on a plain file system.
+	// resolved before that still opens it, and a symlink it resolved
+	// still reads, as on a plain file system.
 	ghost   int
 	handles map[*handle]struct{}
 	version uint64 // bumped by every commit

@@ -169,9 +169,9 @@ func (n *Node) remove(nm string, flags int) syscall.Errno {
 
 // pathFd opens an O_PATH fd of k's version at dir/nm before a change
 // that may take k's last name: see file.ghost. -1 if k is not a known
-// regular file there.
+// regular file or symlink there.
 func (k *Node) pathFd(dir int, nm string) int {
-	if k == nil || k.f.kind != unix.S_IFREG {
+	if k == nil || (k.f.kind != unix.S_IFREG && k.f.kind != unix.S_IFLNK) {
 		return -1
 	}
 	fd, err := openAt(dir, nm, unix.O_PATH, 0)

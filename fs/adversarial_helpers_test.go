@@ -479,7 +479,7 @@ func (p *advPrepared) mount(t testing.TB, edit ...func(*fs.Options)) error {
 	o := fs.DefaultOptions()
 	o.AllowOther = os.Geteuid() == 0
 	o.Log = zaptest.NewLogger(t)
-	testfs.PassthroughFromEnv(&o)
+	testfs.OptionsFromEnv(&o)
 	for _, e := range edit {
 		e(&o)
 	}

@@ -10,7 +10,8 @@ import (
 // until its commit writes it to the end of the file with one pwrite: its
 // staging file cost a dozen system calls per append (write it, stat it
 // three times, find its data, read it back, drop it) for a hundred bytes
-// (README, commit speed). Anything that needs the pending version as a
+// (README, commit speed). So is the content of a file its writer has
+// just created (newFile): its commit is an append to the empty file. Anything that needs the pending version as a
 // file (a read or stat through the handle, a truncation, a rejected
 // commit) first spills the buffer to a staging file, which is then used
 // as before. Not in a cluster: its recovery reads a cut-off append's
@@ -33,35 +34,53 @@ func (b *appendBuffers) take(n int) bool {
 
 func (b *appendBuffers) give(n int) { b.all.Add(-int64(n)) }
 
-// bufferAppend keeps data in memory if this appender has no staging file
-// and data fits; it reports whether it did. An empty write is not a
-// change: it goes the old way, which does not count it.
-func (h *handle) bufferAppend(data []byte) bool {
+// bufferWrite keeps data in memory if this handle has no staging file,
+// data fits, and it goes where buffered bytes go: at the end for an
+// appender, right after what a new file's writer wrote (newFile). It
+// reports whether it did. An empty write is not a change: it goes the
+// old way, which does not count it.
+func (h *handle) bufferWrite(data []byte, off int64) bool {
 	r := h.n.r
-	if len(data) == 0 || !h.append || h.atEnd || h.stage != nil || r.clustered() || h.mapped.Load() ||
+	if h.made && !h.dirty && h.stage == nil && h.base == h.first && h.baseVer == h.n.f.ver() {
+		// The first write, and the file is still the empty one its
+		// create made: the pending version starts empty.
+		h.newFile = true
+	}
+	next := h.append && !h.atEnd || h.newFile && off == int64(len(h.buf))
+	if len(data) == 0 || !next || h.stage != nil || r.clustered() || h.mapped.Load() ||
 		len(h.buf)+len(data) > appendBufMax || !r.appendBufs.take(len(data)) {
 		return false
 	}
 	h.buf = append(h.buf, data...)
+	if h.newFile {
+		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &h.wroteAt)
+	}
 	return true
 }
 
-// spill moves the buffered appends to a staging file, as copyUp would
-// make for an appender, without looking at base: a rejected commit
-// spills while another holds the file's lock.
+// spill moves the buffered bytes to a staging file, as copyUp would make
+// one, without looking at base: a rejected commit spills while another
+// holds the file's lock. A new file's pending version is whole, so its
+// staging file is named (a replace renames it), even when empty.
 func (h *handle) spill() error {
-	if len(h.buf) == 0 {
+	if len(h.buf) == 0 && !h.newFile {
 		return nil
 	}
-	f, nm, err := h.n.r.pool.takeNameless()
+	take := h.n.r.pool.takeNameless
+	if h.newFile {
+		take = h.n.r.pool.take
+	}
+	f, nm, err := take()
 	if err != nil {
 		return err
 	}
-	if _, err := unix.Pwrite(int(f.Fd()), h.buf, 0); err != nil {
-		h.n.r.dropTemp(h.n.r.stagingfd, f, nm)
-		return err
+	if len(h.buf) > 0 {
+		if _, err := unix.Pwrite(int(f.Fd()), h.buf, 0); err != nil {
+			h.n.r.dropTemp(h.n.r.stagingfd, f, nm)
+			return err
+		}
 	}
-	h.stage, h.stageNm = f, nm
+	h.stage, h.stageNm, h.newFile = f, nm, false
 	h.dropBuf()
 	return nil
 }
@@ -69,4 +88,60 @@ func (h *handle) spill() error {
 func (h *handle) dropBuf() {
 	h.n.r.appendBufs.give(len(h.buf))
 	h.buf = nil
+}
+
+// spillNew gives a new file's writer its staging file, for what needs
+// the pending version as a file.
+func (h *handle) spillNew() error {
+	if !h.newFile {
+		return nil
+	}
+	return h.spill()
+}
+
+// statNew is statLocked for a new file's writer: the file it made, with
+// the size of what it wrote.
+func (h *handle) statNew() (unix.Stat_t, error) {
+	st, err := fstat(int(h.base.Fd()))
+	if err != nil {
+		return st, err
+	}
+	st.Size = int64(len(h.buf))
+	if bs := int64(max(st.Blksize, 512)); st.Size > 0 {
+		st.Blocks = (st.Size + bs - 1) / bs * bs / 512
+		st.Mtim, st.Ctim = h.wroteAt, h.wroteAt
+	}
+	h.seen.Store(st.Size)
+	return st, nil
+}
+
+// commitNew commits a new file's content (newFile). While the file its
+// create made is still the committed version, empty, and no other handle
+// has it open (a reader keeps the empty version it opened), the bytes are
+// written into it as an append to nothing: the same journal record, so a
+// crash cuts a torn write back to the empty file, and readers opening
+// meanwhile wait for it (f.inPlace). Otherwise, and with durability=full
+// (a new name needs its directory fsync'd, which a replace does with the
+// rename's), the file is replaced like any rewrite.
+func (h *handle) commitNew(g grant) (onBase bool, err error) {
+	if !h.newInPlace() {
+		if err := h.spill(); err != nil {
+			return false, err
+		}
+		return false, h.commitWhole(g)
+	}
+	if len(h.buf) == 0 {
+		h.discard() // the empty file is the new version
+		return true, nil
+	}
+	return h.commitAppend(g)
+}
+
+func (h *handle) newInPlace() bool {
+	f := h.n.f
+	if h.n.r.opts.Durable || f.ver() != h.baseVer || f.handleCount() > 1 {
+		return false
+	}
+	st, err := fstat(int(h.base.Fd()))
+	return err == nil && st.Size == 0
 }

@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// mountForTest mounts a fresh BACKING with the default options and
-// returns the server, BACKING and the mount point.
-func mountForTest(t *testing.T) (*Server, string, string) {
+// mountForTest mounts a fresh BACKING with the default options, changed
+// by edits, and returns the server, BACKING and the mount point.
+func mountForTest(t *testing.T, edits ...func(*Options)) (*Server, string, string) {
 	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("CI needs /dev/fuse and root: %v", err)
@@ -30,6 +30,9 @@ func mountForTest(t *testing.T) (*Server, string, string) {
 	o := DefaultOptions()
 	o.Log = zaptest.NewLogger(t)
 	o.Passthrough = os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1"
+	for _, e := range edits {
+		e(&o)
+	}
 	srv, err := Mount(backing, mnt, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Unmount() })

@@ -41,9 +41,12 @@ func (f *file) quiet() bool {
 
 // settle marks a writer with nothing pending (at its open, or after a
 // close) as showing the committed version (quiet), until it changes
-// anything (changed) or is mapped. h.mu is held.
+// anything (changed) or is mapped. A new file's writer that has written
+// nothing shows the empty file its create made: that version too, as
+// long as no commit came since. h.mu is held.
 func (h *handle) settle() {
-	if !h.write || h.dirty || h.stage != nil || h.mapped.Load() {
+	pending := h.dirty && !(h.newFile && len(h.buf) == 0)
+	if !h.write || pending || h.stage != nil || h.mapped.Load() {
 		return
 	}
 	f := h.n.f
@@ -140,6 +143,9 @@ func (r *root) stable(e commitEpoch, idle bool) bool {
 // noteSize records the sizes kernelSize reads after a change (h.mu is
 // held): the pending size of a writer, and what a mapped handle shows.
 func (h *handle) noteSize() {
+	if h.newFile {
+		h.staged.Store(int64(len(h.buf)) + 1)
+	}
 	if h.stage != nil && !h.append {
 		if st, err := fstat(int(h.stage.Fd())); err == nil {
 			h.staged.Store(st.Size + 1)

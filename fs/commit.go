@@ -40,9 +40,12 @@ func (h *handle) commitLocked() error {
 	g := grant{held, key.Name, h}
 	base := h.base
 	onBase := false // the commit wrote base's own inode
-	if h.append {
+	switch {
+	case h.append:
 		onBase, err = h.commitAppend(g)
-	} else {
+	case h.newFile:
+		onBase, err = h.commitNew(g)
+	default:
 		err = h.commitWhole(g)
 	}
 	if errors.Is(err, errCloserKilled) {
@@ -116,7 +119,7 @@ func (v named) reopen(flags int) (*os.File, error) {
 // left to keep. One line is logged, at most a few per interval.
 func (h *handle) reject(why error) error {
 	r := h.n.r
-	if h.stage == nil && len(h.buf) == 0 {
+	if h.stage == nil && len(h.buf) == 0 && !h.newFile {
 		// Failed after its rename: the new version is in place, but
 		// its directory's fsync failed: it may not survive a crash.
 		r.log.Error("commit made but not durable", zap.String("path", logPath(h.n.path())), zap.Error(why))
@@ -365,6 +368,10 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	if !onBase {
 		defer target.Close()
 	}
+	if h.newFile && (!onBase || st.Size != 0) {
+		// Not the empty file its create made: changed in BACKING.
+		return false, syscall.ESTALE
+	}
 	fd := int(target.Fd())
 	n, crc, err := h.pendingAppend()
 	if err != nil {
@@ -394,11 +401,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 		_ = e.Abort()
 		return false, err
 	}
-	if r.crashAt == "append-half" {
-		_ = h.copyAppendPart(target, st.Size, 0, n/2)
-		r.crash("append-half")
-	}
-	err = h.copyAppend(target, st.Size, n, g)
+	err = h.writeAppend(target, st.Size, n, g)
 	if err == nil {
 		r.crash("append-written")
 		if r.opts.Durable {
@@ -462,6 +465,21 @@ func (h *handle) pendingAppend() (int64, uint32, error) {
 	}
 	crc, err := journal.CRC(h.stage, 0, ps.Size)
 	return ps.Size, crc, err
+}
+
+// writeAppend writes the n pending bytes at the end of target (at size).
+// Buffered bytes (at most appendBufMax) are written under f.inPlace, so
+// readers through the mount see all of them or none.
+func (h *handle) writeAppend(target *os.File, size, n int64, g grant) error {
+	if h.stage == nil {
+		h.n.f.inPlace.Lock()
+		defer h.n.f.inPlace.Unlock()
+	}
+	if h.n.r.crashAt == "append-half" || h.n.r.atPoint.Load() != nil {
+		_ = h.copyAppendPart(target, size, 0, n/2)
+		h.n.r.crash("append-half")
+	}
+	return h.copyAppend(target, size, n, g)
 }
 
 // appendChunk is how much an append copies between checks that its

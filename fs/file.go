@@ -44,6 +44,10 @@ type file struct {
 	// made at the first, only for directories.
 	syncs *journal.GroupSync
 	pt    ptFile // passthrough (passthrough.go)
+	// inPlace is held to write buffered bytes into the committed file
+	// (appendbuf.go), and to read or stat it through the mount: so a
+	// reader sees all of them or none.
+	inPlace sync.RWMutex
 }
 
 // syncDir fsyncs the directory f through fd, or waits for an fsync of it
@@ -234,10 +238,12 @@ func (f *file) ranked(tid, tgid uint32) []*handle {
 	return out
 }
 
-func (f *file) hasHandles() bool {
+func (f *file) hasHandles() bool { return f.handleCount() > 0 }
+
+func (f *file) handleCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.handles) > 0
+	return len(f.handles)
 }
 
 // named reports whether f may be the file now at dir/nm, whose backing

@@ -37,7 +37,14 @@ type handle struct {
 	stage   *os.File // pending version, nil when clean
 	stageNm string
 	buf     []byte // pending appends not in stage yet (appendbuf.go)
-	dirty   bool   // stage or buf holds changes no commit has published
+	// newFile: this handle's create made the file and its pending
+	// version is buf, whole, with no staging file until something needs
+	// one (appendbuf.go). made: the create was this handle's, and it has
+	// not committed: without O_TRUNC, newFile starts at the first write
+	// if no commit came since.
+	newFile, made bool
+	wroteAt       unix.Timespec // a new file's last buffered write: its mtime
+	dirty         bool          // stage or buf holds changes no commit has published
 	// killed: the last FLUSH came from a process killed by a signal, so
 	// RELEASE must not commit what it left; a live close or write clears it.
 	killed bool
@@ -127,7 +134,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		h.n.f.ptMapped()
 		h.noteSize()
 	}
+	h.n.f.inPlace.RLock()
 	n, err := h.pread(dest, off)
+	h.n.f.inPlace.RUnlock()
 	if err != nil {
 		return nil, h.errno(err)
 	}
@@ -164,6 +173,9 @@ func (h *handle) pread(dest []byte, off int64) (int, error) {
 // copyUp gives the handle its staging file: a copy of the latest
 // committed version, or empty for O_TRUNC and appends.
 func (h *handle) copyUp(empty bool) error {
+	if err := h.spill(); err != nil {
+		return err
+	}
 	if h.stage != nil {
 		return nil
 	}
@@ -224,7 +236,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, h.errno(err)
 	}
 	h.rmwWrite()
-	if h.bufferAppend(data) {
+	if h.bufferWrite(data, off) {
 		h.wroteBytes(ctx)
 		return uint32(len(data)), 0
 	}
@@ -272,6 +284,9 @@ func (h *handle) changed() {
 func (h *handle) truncate(size uint64) error {
 	if h.private {
 		return unix.Ftruncate(int(h.base.Fd()), int64(size))
+	}
+	if err := h.spill(); err != nil {
+		return err
 	}
 	if err := h.unappend(size == 0); err != nil {
 		return err
@@ -348,6 +363,9 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.spillNew(); err != nil {
+		return 0, h.errno(err)
+	}
 	src := h.base
 	if h.stage != nil && !h.append {
 		src = h.stage
@@ -374,10 +392,15 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 	if err := h.refresh(); err != nil {
 		return unix.Stat_t{}, err
 	}
+	if h.newFile {
+		return h.statNew()
+	}
 	if err := h.spill(); err != nil {
 		return unix.Stat_t{}, err
 	}
+	h.n.f.inPlace.RLock()
 	st, err := fstat(int(h.base.Fd()))
+	h.n.f.inPlace.RUnlock()
 	if err != nil || h.stage == nil {
 		if err == nil {
 			h.seen.Store(st.Size)
@@ -521,7 +544,7 @@ func (h *handle) rank() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case h.stage != nil:
+	case h.stage != nil, h.newFile:
 		return 2
 	case h.flushed:
 		return 0
@@ -543,6 +566,6 @@ func (h *handle) discard() {
 		h.n.r.dropTemp(h.n.r.stagingfd, h.stage, h.stageNm)
 	}
 	h.dropBuf()
-	h.stage, h.stageNm, h.dirty = nil, "", false
+	h.stage, h.stageNm, h.dirty, h.newFile, h.made = nil, "", false, false, false
 	h.staged.Store(0)
 }

@@ -162,7 +162,9 @@ func (n *Node) stat() (unix.Stat_t, error) {
 		}
 		return fstat(fd)
 	}
+	n.f.inPlace.RLock()
 	st, err := n.statNamed()
+	n.f.inPlace.RUnlock()
 	if err != nil {
 		if st, ok := n.f.statOpen(); ok {
 			return st, nil // unlinked but still open

@@ -93,6 +93,10 @@ func setTimes(path string, in *fuse.SetAttrIn) error {
 func (h *handle) setMeta(in *fuse.SetAttrIn) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// A new file written in place at commit would get the commit's times.
+	if err := h.spillNew(); err != nil {
+		return err
+	}
 	if h.stage == nil || h.append {
 		return nil
 	}
@@ -117,7 +121,7 @@ func (n *Node) truncate(ctx context.Context, h *handle, size uint64) error {
 	base, err := n.openCurrent(unix.O_RDWR)
 	if err == nil {
 		var t *handle
-		if t, err = n.newHandle(ctx, base, ver, syscall.O_WRONLY); err == nil {
+		if t, err = n.newHandle(ctx, base, ver, syscall.O_WRONLY, false); err == nil {
 			defer t.Release(ctx)
 			return t.truncateCommit(size)
 		}

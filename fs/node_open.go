@@ -101,13 +101,21 @@ func isWrite(flags uint32) bool {
 // reader never sees pages of a newer version.
 // ver is the file's version read before base was opened: if a commit
 // came in between, the handle looks newer versions up rather than take
-// an older one for the latest.
-func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags uint32) (*handle, error) {
+// an older one for the latest. made: the caller's create made base.
+func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags uint32, made bool) (*handle, error) {
 	h := &handle{n: n, write: isWrite(flags), append: flags&syscall.O_APPEND != 0, first: base, base: base, baseVer: ver}
 	if c, ok := fuse.FromContext(ctx); ok {
 		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, tgidOf(c.Pid)
 	}
-	if h.write && flags&syscall.O_TRUNC != 0 {
+	h.made = made && h.write && !h.append && !n.r.clustered()
+	if h.made && flags&syscall.O_TRUNC != 0 {
+		// A new file's content starts empty and is kept in memory
+		// (appendbuf.go): no staging file at open.
+		h.newFile = true
+		h.changed()
+		h.truncOnly = true
+		h.noteSize()
+	} else if h.write && flags&syscall.O_TRUNC != 0 {
 		if err := h.truncate(0); err != nil {
 			base.Close()
 			return nil, err
@@ -161,7 +169,7 @@ func (n *Node) open(ctx context.Context, flags uint32) (*handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.newHandle(ctx, base, ver, flags)
+	return n.newHandle(ctx, base, ver, flags, false)
 }
 
 func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -182,6 +190,10 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	if err != nil {
 		n.r.files.give(callerUID(ctx))
 		return nil, nil, 0, n.errno(err)
+	}
+	if h.newFile {
+		// Settled at open: the opener's fstat need not ask again.
+		out.SetAttrTimeout(n.r.attrTimeout(h.n.f, h.baseVer))
 	}
 	return in, h, h.n.ptOpen(ctx, h), 0
 }
@@ -209,7 +221,7 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 	if created {
 		ver = cn.f.ver()
 	}
-	h, err := cn.newHandle(ctx, f, ver, flags)
+	h, err := cn.newHandle(ctx, f, ver, flags, created)
 	if err != nil {
 		if created {
 			_ = unlinkAt(dir, nm, 0) // as if the open had failed first

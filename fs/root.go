@@ -35,6 +35,8 @@ type root struct {
 	log     *zap.Logger
 	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
 	stopAt  string // test-only SIGSTOP point, from SAFEFS_STOP_AT
+	// atPoint: test-only, called at each point (in-process tests).
+	atPoint atomic.Pointer[func(point string)]
 	count   counters
 	// selfTestSeen: the kill-check self-test's probe was seen killed.
 	selfTestSeen atomic.Bool
@@ -60,6 +62,9 @@ type root struct {
 // (SAFEFS_CRASH_AT=<point> in the daemon's environment), or stops it
 // (SAFEFS_STOP_AT; also at points that are not in CrashPoints).
 func (r *root) crash(point string) {
+	if at := r.atPoint.Load(); at != nil {
+		(*at)(point)
+	}
 	if r.stopAt == point {
 		r.log.Warn("stop point reached: SIGSTOP", zap.String("point", point))
 		_ = r.log.Sync()

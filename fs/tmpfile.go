@@ -49,7 +49,7 @@ func (n *Node) tmpfile(ctx context.Context, dir int, flags, mode uint32, out *fu
 	lf := n.r.ids.fresh(&st)
 	fillAttr(&out.Attr, &st, lf.ino)
 	in := n.NewInode(ctx, n.r.newNode(lf), lf.identity())
-	h, err := in.Operations().(*Node).newHandle(ctx, f, lf.ver(), flags&^(syscall.O_TRUNC|syscall.O_APPEND))
+	h, err := in.Operations().(*Node).newHandle(ctx, f, lf.ver(), flags&^(syscall.O_TRUNC|syscall.O_APPEND), false)
 	if err != nil {
 		return nil, nil, err
 	}

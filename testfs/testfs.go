@@ -55,7 +55,7 @@ func New(t testing.TB, edit ...func(*fs.Options)) *Mount {
 	m.Opts.AllowOther = os.Geteuid() == 0
 	m.Opts.Log = zaptest.NewLogger(t)
 	rmwFromEnv(&m.Opts)
-	PassthroughFromEnv(&m.Opts)
+	OptionsFromEnv(&m.Opts)
 	for _, e := range edit {
 		e(&m.Opts)
 	}
@@ -122,10 +122,14 @@ func rmwFromEnv(o *fs.Options) {
 	}
 }
 
-// PassthroughFromEnv turns passthrough=read on when
-// SAFEFS_TEST_PASSTHROUGH=1, so that a whole suite runs with it.
-func PassthroughFromEnv(o *fs.Options) {
+// OptionsFromEnv turns passthrough=read on when
+// SAFEFS_TEST_PASSTHROUGH=1, and durability=none when
+// SAFEFS_TEST_DURABILITY=none, so that a whole suite runs with them.
+func OptionsFromEnv(o *fs.Options) {
 	if os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1" {
 		o.Passthrough = true
+	}
+	if os.Getenv("SAFEFS_TEST_DURABILITY") == "none" {
+		o.Durable = false
 	}
 }

@@ -11,11 +11,11 @@ import (
 // staging file cost a dozen system calls per append (write it, stat it
 // three times, find its data, read it back, drop it) for a hundred bytes
 // (README, commit speed). So is the content of a file its writer has
-// just created (newFile): its commit is an append to the empty file. Anything that needs the pending version as a
-// file (a read or stat through the handle, a truncation, a rejected
-// commit) first spills the buffer to a staging file, which is then used
-// as before. Not in a cluster: its recovery reads a cut-off append's
-// staging file by name.
+// just created (newFile): its commit is an append to the empty file.
+// Anything that needs the pending version as a file (a read or stat
+// through the handle, a truncation, a rejected commit) first spills the
+// buffer to a staging file, which is then used as before. Not in a
+// cluster: its recovery reads a cut-off append's staging file by name.
 const (
 	appendBufMax = 8 << 10 // per handle
 	appendBufAll = 8 << 20 // all handles together

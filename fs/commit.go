@@ -352,7 +352,7 @@ func (h *handle) dropSetID(target *os.File, st *unix.Stat_t) error {
 // committed).
 func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	r := h.n.r
-	v, err := h.n.locate(g)
+	v, err := h.locateBase(g)
 	if errors.Is(err, errUnlinked) {
 		h.dirty = false
 		return false, nil
@@ -360,7 +360,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer unix.Close(v.fd)
+	defer closeFd(v.fd)
 	target, st, onBase, err := h.appendTarget(v)
 	if err != nil {
 		return false, err
@@ -425,11 +425,43 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	return onBase, err
 }
 
+// locateBase is locate for a commit that writes through the handle's
+// own base: when base is the committed version and a name of the file
+// still leads to it, a stat of the name checks it and no O_PATH fd is
+// opened (v.fd is -1, v.st base's stat): two system calls fewer per
+// append. Otherwise, as locate.
+func (h *handle) locateBase(g grant) (named, error) {
+	if h.base == nil || !h.write || h.private || h.n.r.clustered() {
+		return h.n.locate(g)
+	}
+	bs, err := fstat(int(h.base.Fd()))
+	if err != nil || !h.n.r.ids.owns(h.n.f, keyOf(&bs)) {
+		return h.n.locate(g)
+	}
+	for _, o := range h.n.f.nameList() {
+		dir, err := o.dir.dirFd()
+		if err != nil {
+			continue
+		}
+		if st, err := statAt(dir, o.name); err != nil || keyOf(&st) != keyOf(&bs) {
+			continue
+		}
+		if _, err := o.dir.writeDir(); err != nil {
+			return named{fd: -1}, err
+		}
+		return named{fd: -1, in: o.dir, dir: dir, nm: o.name, st: bs}, nil
+	}
+	return h.n.locate(g)
+}
+
 // appendTarget opens the located version for writing, with its stat. A
 // writer's base is open for writing and follows the committed version:
 // when it is v's inode it serves, saving an open through /proc. onBase
 // tells the caller not to close it.
 func (h *handle) appendTarget(v named) (target *os.File, st unix.Stat_t, onBase bool, err error) {
+	if v.fd < 0 {
+		return h.base, v.st, true, nil // located through base (locateBase)
+	}
 	if h.base != nil && h.write && !h.private {
 		st, err = fstat(int(h.base.Fd()))
 		if err == nil && keyOf(&st) == keyOf(&v.st) {

@@ -237,8 +237,11 @@ func faultCases() []faultCase {
 			// for a daemon without CAP_DAC_READ_SEARCH).
 			faultCase{name: "append/fdatasync-linkat-refused/" + e.name, kind: "append", mode: "append", step: "close",
 				trace: "fdatasync,linkat", injects: []string{in("fdatasync"), "linkat:error=EPERM"}, errno: e.errno},
-			faultCase{name: "append/openat2-target/" + e.name, kind: "append", mode: "append", step: "close",
-				trace: "openat2", injects: []string{in("openat2")}, errno: e.errno},
+			// The target is looked at by a stat of its name (the append
+			// writes through the handle's own descriptor), then, if that
+			// fails, opened O_PATH: both fail.
+			faultCase{name: "append/stat-target/" + e.name, kind: "append", mode: "append", step: "close",
+				trace: "newfstatat,openat2", injects: []string{in("newfstatat"), in("openat2")}, errno: e.errno},
 			// copy_file_range refused with EXDEV: the plain copy's pwrite64 fails.
 			faultCase{name: "append/pwrite64-fallback/" + e.name, kind: "append", mode: "append", step: "close",
 				trace:   "copy_file_range,pwrite64",

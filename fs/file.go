@@ -72,10 +72,13 @@ func newFile(ino uint64, kind uint32, k key) *file {
 	return &file{ino: ino, kind: kind, key: k, names: map[name]struct{}{}, ghost: -1}
 }
 
-func (f *file) addName(dir *Node, n string) {
+// addName names f n in dir; it reports whether f had not that name.
+func (f *file) addName(dir *Node, n string) bool {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, had := f.names[name{dir, n}]
 	f.names[name{dir, n}] = struct{}{}
-	f.mu.Unlock()
+	return !had
 }
 
 func (f *file) dropName(dir *Node, n string) {

@@ -268,15 +268,53 @@ func fillAttr(a *fuse.Attr, st *unix.Stat_t, ino uint64) {
 
 // child returns the inode for entry nm of n, whose backing stat is st.
 func (n *Node) child(ctx context.Context, nm string, st *unix.Stat_t, out *fuse.EntryOut) *gofs.Inode {
+	f := n.entryFile(nm, st)
+	f.addName(n, nm)
+	return n.nodeFor(ctx, f, st, out)
+}
+
+// entryFile is the logical file of entry nm, whose backing stat is st.
+func (n *Node) entryFile(nm string, st *unix.Stat_t) *file {
 	f := n.r.ids.get(st)
 	if !f.named(n, nm, keyOf(st)) {
 		// The backing inode number was freed and reused (the file was
 		// deleted directly in BACKING): this is another file.
 		f = n.r.ids.fresh(st)
 	}
-	f.addName(n, nm)
+	return f
+}
+
+func (n *Node) nodeFor(ctx context.Context, f *file, st *unix.Stat_t, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(&out.Attr, st, f.ino)
 	return n.NewInode(ctx, n.r.newNode(f), f.identity())
+}
+
+// lookupFile stats dir/nm and names its logical file nm. The kernel
+// sends a lookup to revalidate a cached name without holding the
+// directory's lock, so a rename through the mount may take nm from that
+// file between the stat and the naming: a file that had not the name
+// yet gets it only if nm still leads to it after, else the lookup starts
+// over (a file left with a name it lost failed its writer's commit with
+// ESTALE; renamed over, it has nowhere to go, as on a local file system).
+func (n *Node) lookupFile(dir int, nm string) (st unix.Stat_t, f *file, err error) {
+	for range staleTries {
+		if st, err = n.statEntry(dir, nm); err != nil {
+			return st, nil, err
+		}
+		n.r.crash("lookup-stated") // a stop point for tests only
+		f = n.entryFile(nm, &st)
+		if !f.addName(n, nm) || n.leadsTo(dir, nm, f) {
+			return st, f, nil
+		}
+		f.dropName(n, nm)
+	}
+	return st, f, nil
+}
+
+// leadsTo reports whether dir/nm leads to f's version.
+func (n *Node) leadsTo(dir int, nm string, f *file) bool {
+	st, err := statAt(dir, nm)
+	return err == nil && n.r.ids.owns(f, keyOf(&st))
 }
 
 // hidden reports whether nm in n is the internal directory.
@@ -293,12 +331,11 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 		return nil, n.errno(err)
 	}
 	epoch, idle := n.r.commitEpoch()
-	st, err := n.statEntry(dir, nm)
+	st, f, err := n.lookupFile(dir, nm)
 	if err != nil {
 		return nil, n.errno(err)
 	}
-	in := n.child(ctx, nm, &st, out)
-	f := in.Operations().(*Node).f
+	in := n.nodeFor(ctx, f, &st, out)
 	f.keepSize(out.Size)
 	if n.r.stable(epoch, idle) {
 		out.SetAttrTimeout(n.r.attrTimeout(f, f.ver()))

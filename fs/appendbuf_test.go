@@ -139,7 +139,5 @@ func appender(t *testing.T, p, old, first string) *os.File {
 
 func requireFile(t *testing.T, backing, want string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(backing, "log"))
-	require.NoError(t, err)
-	require.Equal(t, want, string(b))
+	requireContent(t, backing, "log", []byte(want))
 }

@@ -438,20 +438,15 @@ func (h *handle) locateBase(g grant) (named, error) {
 	if err != nil || !h.n.r.ids.owns(h.n.f, keyOf(&bs)) {
 		return h.n.locate(g)
 	}
-	for _, o := range h.n.f.nameList() {
-		dir, err := o.dir.dirFd()
-		if err != nil {
-			continue
-		}
-		if st, err := statAt(dir, o.name); err != nil || keyOf(&st) != keyOf(&bs) {
-			continue
-		}
-		if _, err := o.dir.writeDir(); err != nil {
-			return named{fd: -1}, err
-		}
-		return named{fd: -1, in: o.dir, dir: dir, nm: o.name, st: bs}, nil
+	v, ok := h.n.statName(func(_ name, st *unix.Stat_t) bool { return keyOf(st) == keyOf(&bs) })
+	if !ok {
+		return h.n.locate(g)
 	}
-	return h.n.locate(g)
+	if _, err := v.in.writeDir(); err != nil {
+		return named{fd: -1}, err
+	}
+	v.st = bs
+	return v, nil
 }
 
 // appendTarget opens the located version for writing, with its stat. A

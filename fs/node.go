@@ -187,18 +187,29 @@ func (n *Node) stat() (unix.Stat_t, error) {
 // fd is needed: the attributes returned are those of the inode checked.
 func (n *Node) statNamed() (unix.Stat_t, error) {
 	for range staleTries { // see findNamed
-		for _, o := range n.f.nameList() {
-			dir, err := o.dir.dirFd()
-			if err != nil {
-				continue
-			}
-			st, err := statAt(dir, o.name)
-			if err == nil && (n.r.ids.owns(n.f, keyOf(&st)) || n.adoptPublished(o.rel(), &st)) {
-				return st, nil
-			}
+		v, ok := n.statName(func(o name, st *unix.Stat_t) bool {
+			return n.r.ids.owns(n.f, keyOf(st)) || n.adoptPublished(o.rel(), st)
+		})
+		if ok {
+			return v.st, nil
 		}
 	}
 	return unix.Stat_t{}, syscall.ENOENT
+}
+
+// statName returns the first name of f whose backing stat leads accepts,
+// looked at by a stat of the name, without an fd (v.fd is -1).
+func (n *Node) statName(leads func(name, *unix.Stat_t) bool) (named, bool) {
+	for _, o := range n.f.nameList() {
+		dir, err := o.dir.dirFd()
+		if err != nil {
+			continue
+		}
+		if st, err := statAt(dir, o.name); err == nil && leads(o, &st) {
+			return named{fd: -1, in: o.dir, dir: dir, nm: o.name, st: st}, true
+		}
+	}
+	return named{}, false
 }
 
 // named is a name of a logical file checked to lead to its version.

@@ -18,9 +18,10 @@ import (
 )
 
 // With Options.ScriptLocks set, flock and fcntl lock requests come to the
-// daemon (EnableLocks) and are decided by that table, keyed by the
-// file's path below the mount root, so that daemons on several hosts
-// exclude each other. Without it they are never sent: the kernel locks.
+// daemon (EnableLocks) and are decided by that table: in a cluster keyed
+// by the file's path below the mount root, so that daemons on several
+// hosts exclude each other; else (locks=daemon) by the logical file.
+// Without it they are never sent: the kernel locks.
 var (
 	_ gofs.NodeGetlker  = (*Node)(nil)
 	_ gofs.NodeSetlker  = (*Node)(nil)
@@ -175,7 +176,13 @@ func (b *lockBook) lostBy(pid uint32, lease int64) bool {
 
 // lockPath is the key of a file with no lock held yet: its path, or for
 // a file without a name one of its own (no other host can reach it).
+// In the daemon's own table (locks=daemon) it is the logical file, as
+// the kernel's locks are per inode: hard links share it, and a rename
+// moves nothing.
 func (n *Node) lockPath() string {
+	if _, local := n.r.opts.ScriptLocks.(*scriptlock.Memory); local {
+		return "file/" + strconv.FormatUint(n.f.ino, 10)
+	}
 	if n.isRoot() {
 		return "."
 	}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/safefs/safefs/fs"
+	"github.com/safefs/safefs/scriptlock"
 )
 
 // Mount is a safefs mounted in a test's temp dir.
@@ -123,9 +124,13 @@ func rmwFromEnv(o *fs.Options) {
 }
 
 // OptionsFromEnv turns passthrough=read on when
-// SAFEFS_TEST_PASSTHROUGH=1, and durability=none when
-// SAFEFS_TEST_DURABILITY=none, so that a whole suite runs with them.
+// SAFEFS_TEST_PASSTHROUGH=1, durability=none when
+// SAFEFS_TEST_DURABILITY=none, and locks=daemon when
+// SAFEFS_TEST_LOCKS=daemon, so that a whole suite runs with them.
 func OptionsFromEnv(o *fs.Options) {
+	if os.Getenv("SAFEFS_TEST_LOCKS") == "daemon" && o.ScriptLocks == nil {
+		o.ScriptLocks = scriptlock.NewMemory()
+	}
 	if os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1" {
 		o.Passthrough = true
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/safefs/safefs/audit"
 	safefs "github.com/safefs/safefs/fs"
+	"github.com/safefs/safefs/scriptlock"
 )
 
 // safefsTargets are the safefs mounts, each the defaults with one edit:
@@ -29,6 +30,7 @@ var safefsTargets = []struct {
 	{"safefs-audit", func(o *safefs.Options) {}}, // with an audit trail (benchAudit)
 	{"safefs-rmw-off", func(o *safefs.Options) { o.RMWAuto, o.RMWGlobs = false, nil }},
 	{"safefs-passthrough", func(o *safefs.Options) { o.Passthrough = true }},
+	{"safefs-locks", func(o *safefs.Options) { o.ScriptLocks = scriptlock.NewMemory() }}, // locks=daemon
 }
 
 // targetNames lists every target in table order.

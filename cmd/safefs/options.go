@@ -21,6 +21,7 @@ type mountConfig struct {
 	metricsAddr string // "": no metrics endpoint
 	auditFile   string // "": no audit trail
 	pprof       string // HOST:PORT serving net/http/pprof; "" for off
+	daemonLocks bool   // locks=daemon: script locks decided in the daemon
 	cluster     clusterConfig
 }
 
@@ -66,6 +67,8 @@ var mountOptions = []mountOption{
 	{name: "passthrough", value: "off|read", help: "read: a reader alone on a file's version reads it through the kernel from the backing file (FUSE passthrough; needs root), not through the daemon",
 		show: func(c mountConfig) string { return passthroughName(c.fs.Passthrough) },
 		set:  setPassthrough},
+	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, not by the kernel per inode (in cluster mode they always are, in etcd)",
+		show: locksName, set: setLocks},
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
 		show: func(c mountConfig) string { return onOff(c.fs.KillCheck) },
 		set:  setKillCheck},
@@ -414,6 +417,22 @@ func passthroughName(on bool) string {
 }
 
 // setPassthrough parses passthrough=off|read.
+func setLocks(c *mountConfig, v string) error {
+	switch v {
+	case "kernel", "daemon":
+		c.daemonLocks = v == "daemon"
+		return nil
+	}
+	return fmt.Errorf("locks=%q: want kernel or daemon", v)
+}
+
+func locksName(c mountConfig) string {
+	if c.daemonLocks || c.cluster.mode != "" {
+		return "daemon"
+	}
+	return "kernel"
+}
+
 func setPassthrough(c *mountConfig, v string) error {
 	switch v {
 	case "off":

@@ -50,6 +50,8 @@ func TestParseMountArgs(t *testing.T) {
 		{"rmw off", "-o rmw=auto:x,rmw=off b m", func(c *mountConfig) { c.fs.RMWAuto, c.fs.RMWGlobs = false, nil }},
 		{"passthrough read", "-o passthrough=read b m", func(c *mountConfig) { c.fs.Passthrough = true }},
 		{"passthrough off", "-o passthrough=read,passthrough=off b m", func(*mountConfig) {}},
+		{"locks daemon", "-o locks=daemon b m", func(c *mountConfig) { c.daemonLocks = true }},
+		{"locks kernel", "-o locks=daemon,locks=kernel b m", func(*mountConfig) {}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,7 +72,7 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o max_files_per_user=-1 b m", "-o rejected_max=0 b m", "-o rejected_max=1T b m",
 		"-o rejected_user_max=M b m", "-o rejected_max=99999999999G b m",
 		"-o rmw b m", "-o rmw= b m", "-o rmw=[x b m", "-o rmw=a:: b m", "-o rmw_hold=0 b m", "-o rmw_wait=soon b m",
-		"-o passthrough b m", "-o passthrough=on b m",
+		"-o passthrough b m", "-o passthrough=on b m", "-o locks b m", "-o locks=etcd b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))

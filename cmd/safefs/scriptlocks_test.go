@@ -200,16 +200,21 @@ func TestScriptLocksInterrupted(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			lp := startLockPair(t)
 			h := holder(t, how, lp.mnt[0])
-			p := lockPerl(t, `open(my $l, '+<', $ARGV[1]) or die "open: $!";
-				POSIX::sigaction(POSIX::SIGALRM, POSIX::SigAction->new(sub {}, POSIX::SigSet->new, 0));
-				alarm 1;
-				if (lockit($l, $ARGV[0])) { print "locked\n" } else { print $!+0 == POSIX::EINTR ? "EINTR\n" : "errno $!\n" }
-				sleep 600;`, how, filepath.Join(lp.mnt[1], "lk"))
-			waitOut(t, p, "EINTR")
+			waitOut(t, interrupted(t, how, lp.mnt[1]), "EINTR")
 			kill(t, h)
 			require.Equal(t, "ok", tryLock(t, how+"_nb", lp.mnt[0]), "an interrupted wait left a lock behind")
 		})
 	}
+}
+
+// interrupted waits for the lock on mnt/lk with an alarm whose handler
+// has no SA_RESTART: it prints EINTR when the signal ends the wait.
+func interrupted(t *testing.T, how, mnt string) *proc {
+	return lockPerl(t, `open(my $l, '+<', $ARGV[1]) or die "open: $!";
+		POSIX::sigaction(POSIX::SIGALRM, POSIX::SigAction->new(sub {}, POSIX::SigSet->new, 0));
+		alarm 1;
+		if (lockit($l, $ARGV[0])) { print "locked\n" } else { print $!+0 == POSIX::EINTR ? "EINTR\n" : "errno $!\n" }
+		sleep 600;`, how, filepath.Join(mnt, "lk"))
 }
 
 // A daemon killed while its process holds a lock: the other daemon's

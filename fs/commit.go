@@ -56,6 +56,7 @@ func (h *handle) commitLocked() error {
 		return h.reject(err)
 	}
 	h.n.f.bump()
+	r.rolesCommitted(h.n.f, onBase)
 	if h.base != base || onBase || h.baseIsCurrent() {
 		// A replace made the staging file base, an append or an in-place
 		// commit wrote base's inode: it is the version just bumped to (no

@@ -44,6 +44,9 @@ type file struct {
 	// made at the first, only for directories.
 	syncs *journal.GroupSync
 	pt    ptFile // passthrough (passthrough.go)
+	roles roles  // kernel nodes by role (roles.go)
+	// current is the node lookups give now (roles.go), nil once forgotten.
+	current *Node
 	// inPlace is held to write buffered bytes into the committed file
 	// (appendbuf.go), and to read or stat it through the mount: so a
 	// reader sees all of them or none.

@@ -59,6 +59,7 @@ type handle struct {
 	closer  uint32     // the thread whose close() is committing, 0 if none
 	closed  bool       // released: base and first are gone
 	private bool       // an O_TMPFILE file not linked yet: writes go to base
+	cached  bool       // reads through its node's page cache (roles.go)
 	obs     *commitObs // the commit in progress, with an Observer
 	// pendingSeen: the pending size at the last look of Server.Gauges.
 	pendingSeen atomic.Int64
@@ -128,7 +129,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err := h.refresh(); err != nil {
 		return nil, h.errno(err)
 	}
-	if fillsPages(ctx) && !h.mapped.Load() {
+	if fillsPages(ctx) && !h.mapped.Load() && !h.cached {
 		h.mapped.Store(true)
 		h.settled.Store(0)
 		h.n.f.ptMapped()
@@ -499,6 +500,7 @@ func (h *handle) close() {
 	h.discard()
 	h.rmwClose()
 	h.n.f.dropHandle(h)
+	h.cachedReleased()
 	h.ptRelease()
 	h.setBase(nil, 0)
 	h.first.Close()

@@ -64,6 +64,15 @@ func (t *ids) newLocked(st *unix.Stat_t) *file {
 	return f
 }
 
+// newGen returns a generation no node had: a file's next kernel node
+// (roles.go).
+func (t *ids) newGen() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.nextGen++
+	return t.nextGen
+}
+
 // fresh makes a new logical file for st, replacing whatever the tables
 // held for its backing inode.
 func (t *ids) fresh(st *unix.Stat_t) *file {

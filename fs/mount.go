@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/journal"
+	"github.com/safefs/safefs/scriptlock"
 )
 
 // ErrBusy means another safefs already serves this backing directory.
@@ -122,6 +123,16 @@ func (r *root) recover() (journal.Summary, error) {
 // and mounts safefs on mountpoint. It returns once the mount is visible
 // in /proc/mounts (type fuse.safefs).
 func Mount(backing, mountpoint string, o Options) (*Server, error) {
+	// The command line refuses cache=version with passthrough=read;
+	// here passthrough wins (a test suite run with both on).
+	o.VersionCache = o.VersionCache && !o.Passthrough
+	if o.VersionCache {
+		if o.ScriptLocks == nil {
+			// One file, several kernel inodes: the kernel's locks would
+			// not exclude across them.
+			o.ScriptLocks = scriptlock.NewMemory()
+		}
+	}
 	s, err := open(backing, o)
 	if err != nil {
 		return nil, err

@@ -24,6 +24,8 @@ type Node struct {
 
 	mu    sync.Mutex
 	dirfd int // directories: O_PATH fd, opened on first use; -1 before
+
+	rl nodeRoles // its role (roles.go), under f.mu
 }
 
 func (r *root) newNode(f *file) *Node { return &Node{r: r, f: f, dirfd: -1} }
@@ -90,11 +92,17 @@ func (o name) rel() string {
 }
 
 // mountPaths is every path of f through the mount, as /proc shows the
-// descriptors of a process.
+// descriptors of a process. With cache=version a descriptor of another
+// kernel node of f, whose entry the kernel dropped (roles.go), shows
+// the path with " (deleted)".
 func (n *Node) mountPaths() []string {
 	var out []string
 	for _, o := range n.f.nameList() {
-		out = append(out, filepath.Join(n.r.mountpoint, o.rel()))
+		p := filepath.Join(n.r.mountpoint, o.rel())
+		if n.r.opts.VersionCache {
+			out = append(out, p+" (deleted)")
+		}
+		out = append(out, p)
 	}
 	return out
 }
@@ -108,7 +116,9 @@ func (n *Node) errno(err error) syscall.Errno {
 func (n *Node) OnForget() {
 	n.r.dirs.drop(n)
 	n.closeDir()
-	n.r.forget(n.f)
+	if n.forgettable() {
+		n.r.forget(n.f)
+	}
 }
 
 func (n *Node) closeDir() {
@@ -297,7 +307,12 @@ func (n *Node) entryFile(nm string, st *unix.Stat_t) *file {
 
 func (n *Node) nodeFor(ctx context.Context, f *file, st *unix.Stat_t, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(&out.Attr, st, f.ino)
-	return n.NewInode(ctx, n.r.newNode(f), f.identity())
+	nn := n.r.newNode(f)
+	in := n.NewInode(ctx, nn, f.identityNow())
+	if in.Operations() == gofs.InodeEmbedder(nn) {
+		n.r.made(nn)
+	}
+	return in
 }
 
 // lookupFile stats dir/nm and names its logical file nm. The kernel
@@ -347,6 +362,7 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 		return nil, n.errno(err)
 	}
 	in := n.nodeFor(ctx, f, &st, out)
+	versionEntry(in, out, n.r.stable(epoch, idle))
 	f.keepSize(out.Size)
 	if n.r.stable(epoch, idle) {
 		out.SetAttrTimeout(n.r.attrTimeout(f, f.ver()))
@@ -377,7 +393,7 @@ func (n *Node) statEntry(dir int, nm string) (st unix.Stat_t, err error) {
 // kernel keeps its own size if that differs (keepSize).
 func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	errno := n.getattr(ctx, fh, out)
-	if errno == 0 && !hasFh(ctx) {
+	if _, own := n.versionAttr(); errno == 0 && !hasFh(ctx) && !own {
 		n.f.keepSize(out.Size)
 	}
 	return errno
@@ -386,7 +402,9 @@ func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 func (n *Node) getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ver := n.f.ver()
 	h, ok := fh.(*handle)
-	if !ok || !hasFh(ctx) {
+	if vh, own := n.versionAttr(); own {
+		h = vh // a version's node: its size and pages are that version's
+	} else if !ok || !hasFh(ctx) {
 		h = n.callerHandle(ctx)
 	}
 	st, err := unix.Stat_t{}, error(syscall.EBADF)
@@ -410,7 +428,11 @@ func (n *Node) callerHandle(ctx context.Context) *handle {
 		return nil
 	}
 	tid := c.Pid &^ noFh
-	return n.f.callerHandle(tid, n.f.tgidOf(tid))
+	tgid := n.f.tgidOf(tid)
+	if h := n.nodeHandle(tid, tgid); h != nil {
+		return h
+	}
+	return n.f.callerHandle(tid, tgid)
 }
 
 // Fsync on a directory (fsync of a file goes to its handle).

@@ -135,6 +135,9 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if isWrite(flags) && !journalable(n.path()) {
 		return nil, 0, syscall.ENAMETOOLONG
 	}
+	if isWrite(flags) && !n.writerMayOpen() || !isWrite(flags) && !n.readerMayOpen(callerTid(ctx)) {
+		return nil, 0, syscall.ESTALE // the kernel looks the name up again
+	}
 	// A session is waited for before the version is opened, so the
 	// opener reads what the previous holder committed.
 	sess := n.rmwEnter(ctx)
@@ -148,7 +151,16 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		n.r.files.give(callerUID(ctx))
 		return nil, 0, n.errno(err)
 	}
-	return h, n.ptOpen(ctx, h), 0
+	return h, n.openReply(ctx, h), 0
+}
+
+// openReply is the OPEN reply's flags: passthrough, the page cache of a
+// version's node, or direct I/O.
+func (n *Node) openReply(ctx context.Context, h *handle) uint32 {
+	if n.r.opts.VersionCache {
+		return n.openFlags(h)
+	}
+	return n.ptOpen(ctx, h)
 }
 
 func (n *Node) open(ctx context.Context, flags uint32) (*handle, error) {
@@ -195,7 +207,10 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 		// Settled at open: the opener's fstat need not ask again.
 		out.SetAttrTimeout(n.r.attrTimeout(h.n.f, h.baseVer))
 	}
-	return in, h, h.n.ptOpen(ctx, h), 0
+	if h.write && n.r.opts.VersionCache {
+		h.n.markDirect() // a writer's node: direct
+	}
+	return in, h, h.n.openReply(ctx, h), 0
 }
 
 func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, *handle, error) {

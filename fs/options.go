@@ -55,6 +55,10 @@ type Options struct {
 	// Passthrough: a reader alone on a file's version is served by the
 	// kernel from that version's backing file (passthrough.go).
 	Passthrough bool
+	// VersionCache: a file's readers alone on a version read it through
+	// the page cache of a kernel inode of that version (roles.go).
+	// Needs script locks in the daemon: ScriptLocks is set if nil.
+	VersionCache bool
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.

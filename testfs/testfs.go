@@ -126,8 +126,12 @@ func rmwFromEnv(o *fs.Options) {
 // OptionsFromEnv turns passthrough=read on when
 // SAFEFS_TEST_PASSTHROUGH=1, durability=none when
 // SAFEFS_TEST_DURABILITY=none, and locks=daemon when
-// SAFEFS_TEST_LOCKS=daemon, so that a whole suite runs with them.
+// SAFEFS_TEST_LOCKS=daemon, and cache=version when
+// SAFEFS_TEST_CACHE=version, so that a whole suite runs with them.
 func OptionsFromEnv(o *fs.Options) {
+	if os.Getenv("SAFEFS_TEST_CACHE") == "version" && !o.Passthrough {
+		o.VersionCache = true
+	}
 	if os.Getenv("SAFEFS_TEST_LOCKS") == "daemon" && o.ScriptLocks == nil {
 		o.ScriptLocks = scriptlock.NewMemory()
 	}

@@ -31,6 +31,7 @@ var safefsTargets = []struct {
 	{"safefs-rmw-off", func(o *safefs.Options) { o.RMWAuto, o.RMWGlobs = false, nil }},
 	{"safefs-passthrough", func(o *safefs.Options) { o.Passthrough = true }},
 	{"safefs-locks", func(o *safefs.Options) { o.ScriptLocks = scriptlock.NewMemory() }}, // locks=daemon
+	{"safefs-cache", func(o *safefs.Options) { o.VersionCache = true }},                  // cache=version
 }
 
 // targetNames lists every target in table order.

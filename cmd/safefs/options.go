@@ -69,6 +69,9 @@ var mountOptions = []mountOption{
 		set:  setPassthrough},
 	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, not by the kernel per inode (in cluster mode they always are, in etcd)",
 		show: locksName, set: setLocks},
+	{name: "cache", value: "direct|version", help: "version (experimental): readers alone on a file's version read it through the kernel's page cache, on a kernel inode of that version; writers stay direct (implies locks=daemon; not with passthrough=read)",
+		show: func(c mountConfig) string { return cacheName(c.fs.VersionCache) },
+		set:  setCache},
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
 		show: func(c mountConfig) string { return onOff(c.fs.KillCheck) },
 		set:  setKillCheck},
@@ -405,6 +408,9 @@ func parseMountArgs(args []string) (mountArgs, error) {
 		return a, failf(exitUsage, "mount needs BACKING and MOUNTPOINT, got %d arguments (see safefs mount --help)", len(pos))
 	}
 	a.backing, a.mountpoint = pos[0], pos[1]
+	if a.cfg.fs.VersionCache && a.cfg.fs.Passthrough {
+		return a, failf(exitUsage, "cache=version and passthrough=read cannot be combined")
+	}
 	err := a.cfg.cluster.check()
 	return a, err
 }
@@ -417,6 +423,22 @@ func passthroughName(on bool) string {
 }
 
 // setPassthrough parses passthrough=off|read.
+func setCache(c *mountConfig, v string) error {
+	switch v {
+	case "direct", "version":
+		c.fs.VersionCache = v == "version"
+		return nil
+	}
+	return fmt.Errorf("cache=%q: want direct or version", v)
+}
+
+func cacheName(version bool) string {
+	if version {
+		return "version"
+	}
+	return "direct"
+}
+
 func setLocks(c *mountConfig, v string) error {
 	switch v {
 	case "kernel", "daemon":
@@ -427,7 +449,7 @@ func setLocks(c *mountConfig, v string) error {
 }
 
 func locksName(c mountConfig) string {
-	if c.daemonLocks || c.cluster.mode != "" {
+	if c.daemonLocks || c.cluster.mode != "" || c.fs.VersionCache {
 		return "daemon"
 	}
 	return "kernel"

@@ -52,6 +52,7 @@ func TestParseMountArgs(t *testing.T) {
 		{"passthrough off", "-o passthrough=read,passthrough=off b m", func(*mountConfig) {}},
 		{"locks daemon", "-o locks=daemon b m", func(c *mountConfig) { c.daemonLocks = true }},
 		{"locks kernel", "-o locks=daemon,locks=kernel b m", func(*mountConfig) {}},
+		{"cache version", "-o cache=version b m", func(c *mountConfig) { c.fs.VersionCache = true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,6 +74,7 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o rejected_user_max=M b m", "-o rejected_max=99999999999G b m",
 		"-o rmw b m", "-o rmw= b m", "-o rmw=[x b m", "-o rmw=a:: b m", "-o rmw_hold=0 b m", "-o rmw_wait=soon b m",
 		"-o passthrough b m", "-o passthrough=on b m", "-o locks b m", "-o locks=etcd b m",
+		"-o cache b m", "-o cache=page b m", "-o cache=version,passthrough=read b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))

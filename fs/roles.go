@@ -1,0 +1,381 @@
+package fs
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel inodes by role (Options.VersionCache, README "Kernel inodes by
+// role"). The kernel keeps one page cache and one size per kernel inode,
+// so a logical file may have several (nodes): a lookup gives the node of
+// the file's current generation (roles.kgen), and the opens decide what
+// that node is:
+//   - fresh: looked up, not opened yet;
+//   - reader: only read-only opens of the version it was made for
+//     (nodeRoles.ver) had it: served from the page cache (KEEP_CACHE),
+//     its pages and size are that version's for its whole life;
+//   - direct: a writer opened it, or a reader of a later version: direct
+//     I/O, following versions, as every node is without the option.
+//
+// An open that may not use the node it came to is answered ESTALE after
+// the file moves to a new generation: the kernel looks the name up again
+// (do_filp_open retries once, with LOOKUP_REVAL) and opens that node. A
+// commit moves the file on when its node is not direct, or readers came
+// to it. Script locks are then the daemon's (locks=daemon): processes may
+// hold one file through different kernel inodes.
+type nodeRole int
+
+const (
+	roleFresh nodeRole = iota
+	roleReader
+	roleDirect
+)
+
+// roles is a file's kernel nodes (under file.mu).
+type roles struct {
+	kgen    uint64             // identity generation of the node lookups give
+	readers map[*Node]struct{} // reader nodes, told of in-place commits
+	// writerUntil: nodes made before then start direct (ns). A writer
+	// sent on retries at once, and other opens may move the file on
+	// meanwhile: its retry must not meet cached readers again.
+	writerUntil int64
+	// sent: when each thread was last sent on (ns): a reader's retry is
+	// never sent on again.
+	sent map[uint32]int64
+	// moving: an open was sent to a new node and has not reached it. The
+	// kernel may forget that node between the two lookups of its retry;
+	// the file must stay in the tables (else the retry meets a new
+	// logical file, which another reader may cache: a second ESTALE).
+	moving bool
+	live   int // nodes made and not forgotten (one that lost a lookup race to another stays counted)
+}
+
+// nodeRoles is a node's part (under its file's mu).
+type nodeRoles struct {
+	role   nodeRole
+	ver    uint64 // the file's version when the node was made
+	key    key    // and the backing inode of that version
+	gen    uint64 // its identity generation
+	cached int    // open handles reading through the page cache
+	// directReads counts read-only opens of a direct node: readers that
+	// a node of the next version would serve from the page cache.
+	directReads int
+	wrote       int64 // when a writer last opened it (ns), 0: never
+}
+
+// readerMoveAfter is how long after its last writer's open a direct
+// node sends readers to a node of their own (readerMayOpen): a script
+// that reads then rewrites a file keeps one node.
+const readerMoveAfter = time.Second
+
+// retryWindow bounds the kernel's retry of an open answered ESTALE
+// (immediate: the same system call walks the path again).
+const retryWindow = time.Second
+
+// identityNow is the identity of the node lookups give now.
+func (f *file) identityNow() gofs.StableAttr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return gofs.StableAttr{Mode: f.kind, Ino: f.ino, Gen: f.curGen()}
+}
+
+// made records that node n was just made for f: it starts fresh for the
+// version f has now, or direct when made for a writer's bounce. (Two
+// lookups may each make one; go-fuse keeps one, so both start alike.)
+func (r *root) made(n *Node) {
+	f := n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.roles.live++
+	n.rl.ver, n.rl.key, n.rl.gen = f.version, f.key, f.gen
+	if f.roles.kgen != 0 {
+		n.rl.gen = f.roles.kgen
+	}
+	if time.Now().UnixNano() < f.roles.writerUntil {
+		n.rl.role = roleDirect
+	}
+}
+
+// opened notes that n, which an open reached, is the node lookups give
+// (f.mu held): commits look at its role.
+func (n *Node) opened() {
+	if f := n.f; n.rl.gen == f.curGen() {
+		f.current = n
+		f.roles.moving = false
+	}
+}
+
+// curGen is the generation of the node lookups give (f.mu held).
+func (f *file) curGen() uint64 {
+	if f.roles.kgen != 0 {
+		return f.roles.kgen
+	}
+	return f.gen
+}
+
+// moveOn gives f's lookups a node of a new generation (f.mu held), and
+// drops the kernel's entries of its names apart: the kernel may hold a
+// directory's lock while it waits for a request that waits for us.
+func (f *file) moveOn(r *root) uint64 {
+	f.roles.kgen = r.ids.newGen()
+	f.roles.moving = true
+	go f.moveNames()
+	return f.roles.kgen
+}
+
+// writerMayOpen decides a write open of n before anything is opened: a
+// node whose pages readers hold open sends the writer to a new one
+// (false: answer ESTALE): its size and truncation would reach them. Any
+// other becomes direct at once, so that a reader opening meanwhile does
+// not cache it.
+func (n *Node) writerMayOpen() bool {
+	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
+		return true
+	}
+	f := n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n.rl.cached > 0 {
+		f.moveOn(n.r)
+		f.roles.writerUntil = time.Now().Add(retryWindow).UnixNano()
+		n.r.log.Debug("cache: a writer moves to a node of its own", zap.Uint64("ino", f.ino), zap.Uint64("gen", f.roles.kgen))
+		return false
+	}
+	n.becomeDirect()
+	n.rl.wrote = time.Now().UnixNano()
+	n.opened()
+	return true
+}
+
+// readerMayOpen decides a read-only open of n by thread tid; false: it
+// is sent to a node of a new generation (answer ESTALE), made for the
+// version the file has then. Its retry is never sent on again.
+func (n *Node) readerMayOpen(tid uint32) bool {
+	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
+		return true
+	}
+	f := n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now().UnixNano()
+	if !n.readerMoves() || now-f.roles.sent[tid] < int64(retryWindow) {
+		return true
+	}
+	for t, at := range f.roles.sent {
+		if now-at >= int64(retryWindow) {
+			delete(f.roles.sent, t)
+		}
+	}
+	if f.roles.sent == nil {
+		f.roles.sent = map[uint32]int64{}
+	}
+	f.roles.sent[tid] = now
+	f.moveOn(n.r)
+	n.r.log.Debug("cache: a reader moves to a node of its own", zap.Uint64("ino", f.ino), zap.Uint64("gen", f.roles.kgen))
+	return false
+}
+
+// readerMoves (f.mu held): n is a reader node of an older version while
+// its readers are open (a direct open there would drop their pages, and
+// its map would fill them with another version's), or a direct node
+// that no writer holds and none opened for readerMoveAfter (the reader
+// will read through the page cache).
+func (n *Node) readerMoves() bool {
+	f := n.f
+	if n.rl.role == roleReader {
+		return n.rl.cached > 0 && n.rl.ver != f.version
+	}
+	if n.rl.role != roleDirect || n.rl.wrote == 0 || time.Now().UnixNano()-n.rl.wrote < int64(readerMoveAfter) {
+		return false
+	}
+	for h := range f.handles {
+		if h.n == n && h.write {
+			return false
+		}
+	}
+	return true
+}
+
+// markDirect makes n direct (a writer's create).
+func (n *Node) markDirect() {
+	n.f.mu.Lock()
+	defer n.f.mu.Unlock()
+	n.becomeDirect()
+	n.rl.wrote = time.Now().UnixNano()
+	n.opened()
+}
+
+// becomeDirect makes n a direct node (f.mu held). Its pages are dropped
+// by the kernel at the open that follows (no KEEP_CACHE).
+func (n *Node) becomeDirect() {
+	if n.rl.role == roleReader {
+		delete(n.f.roles.readers, n)
+	}
+	n.rl.role = roleDirect
+}
+
+// openFlags are the OPEN reply's flags for h on n.
+func (n *Node) openFlags(h *handle) uint32 {
+	f := n.f
+	if !n.r.opts.VersionCache || f.kind != unix.S_IFREG || h.write || h.private {
+		return fuse.FOPEN_DIRECT_IO
+	}
+	// The version opened: a commit renames its new version in before it
+	// counts it (version), and an open in between reads the new one.
+	st, err := fstat(int(h.base.Fd()))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil || keyOf(&st) != n.rl.key || n.rl.role == roleDirect || n.rl.ver != f.version || h.baseVer != f.version {
+		// Another version than the node's pages: direct. The node
+		// stays a reader while its cached readers are open, so that
+		// no writer joins them.
+		if n.rl.cached == 0 {
+			n.becomeDirect()
+		}
+		n.rl.directReads++
+		n.opened()
+		return fuse.FOPEN_DIRECT_IO
+	}
+	n.opened()
+	n.rl.role = roleReader
+	n.rl.cached++
+	h.cached = true
+	if f.roles.readers == nil {
+		f.roles.readers = map[*Node]struct{}{}
+	}
+	f.roles.readers[n] = struct{}{}
+	return fuse.FOPEN_KEEP_CACHE
+}
+
+// cachedReleased ends h's part in its node's page cache.
+func (h *handle) cachedReleased() {
+	if !h.cached {
+		return
+	}
+	h.n.f.mu.Lock()
+	h.n.rl.cached--
+	h.n.f.mu.Unlock()
+}
+
+// rolesCommitted follows a commit of f: a commit that wrote the
+// committed inode itself (append, in place) changed what reader nodes
+// hold in their pages and size; and the next opener must get a node of
+// the new version unless the name's node is direct.
+func (r *root) rolesCommitted(f *file, onBase bool) {
+	if !r.opts.VersionCache || f.kind != unix.S_IFREG {
+		return
+	}
+	f.mu.Lock()
+	var stale []*Node
+	if onBase {
+		for n := range f.roles.readers {
+			stale = append(stale, n)
+		}
+	}
+	// A direct node stays while only writers use it (a log appended
+	// to, a counter under flock): moving it costs a lookup per commit.
+	cur := f.current
+	if cur != nil && cur.rl.gen == f.curGen() && (cur.rl.role != roleDirect || cur.rl.directReads > 0) {
+		f.moveOn(r)
+	}
+	f.mu.Unlock()
+	// Before the close returns: a reader told of it must see the bytes.
+	for _, n := range stale {
+		_ = n.NotifyContent(0, 0)
+	}
+}
+
+// moveNames drops the kernel's entries of f's names: its next lookup
+// gets the node of the current generation.
+func (f *file) moveNames() {
+	for _, o := range f.nameList() {
+		_ = o.dir.NotifyEntry(o.name)
+	}
+}
+
+// versionAttr: own reports whether a stat of n describes n's version
+// rather than its caller's (a fresh or reader node, whose size and
+// pages are that version's: never a writer's pending size); h is a
+// handle reading that version through n, nil for the committed one.
+func (n *Node) versionAttr() (h *handle, own bool) {
+	f := n.f
+	if !n.r.opts.VersionCache || f.kind != unix.S_IFREG {
+		return nil, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n.rl.role == roleDirect {
+		return nil, false
+	}
+	for h := range f.handles {
+		if h.n == n && h.cached {
+			return h, true
+		}
+	}
+	return nil, true
+}
+
+// nodeHandle is the caller's handle most likely meant by a stat of n
+// among those opened through n (with several kernel nodes per file, the
+// node tells a process's writer from its reader), nil if none.
+func (n *Node) nodeHandle(tid, tgid uint32) *handle {
+	if !n.r.opts.VersionCache || tgid == 0 {
+		return nil
+	}
+	for _, h := range n.f.ranked(tid, tgid) {
+		if h.n == n {
+			return h
+		}
+	}
+	return nil
+}
+
+// versionEntry makes a lookup's reply agree with a version's node: the
+// kernel stores its size in the node, whose pages readers read up to it.
+// A node that readers hold gets its version's attributes; a fresh one
+// whose stat may predate a commit (not stable) never caches.
+func versionEntry(in *gofs.Inode, out *fuse.EntryOut, stable bool) {
+	n, ok := in.Operations().(*Node)
+	if !ok || !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
+		return
+	}
+	n.f.mu.Lock()
+	if n.rl.role == roleFresh && !stable {
+		n.rl.ver = staleVer
+	}
+	n.f.mu.Unlock()
+	if h, _ := n.versionAttr(); h != nil {
+		if st, err := h.stat(); err == nil {
+			fillAttr(&out.Attr, &st, n.f.ino)
+		}
+	}
+}
+
+// forgettable reports whether the kernel's forget of n may drop its
+// logical file: not while another node of it lives, nor while an open
+// is on its way to a new one.
+func (n *Node) forgettable() bool {
+	f := n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.roles.readers, n)
+	if f.current == n {
+		f.current = nil
+	}
+	f.roles.live--
+	return !n.r.opts.VersionCache || f.roles.live <= 0 && !f.roles.moving
+}
+
+// callerTid is the thread a request came from (0 if unknown).
+func callerTid(ctx context.Context) uint32 {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Pid &^ noFh
+	}
+	return 0
+}

@@ -1,0 +1,121 @@
+package testfs
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	safefs "github.com/safefs/safefs/fs"
+)
+
+func versionCache(o *safefs.Options) { o.VersionCache = true }
+
+// cachedPages is how many pages of path the kernel caches (fincore).
+func cachedPages(t *testing.T, path string) int {
+	t.Helper()
+	out, err := exec.Command("fincore", "--noheadings", "--bytes", "--output", "PAGES", path).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	require.NoError(t, err, "%s", out)
+	return n
+}
+
+// requireCached fails unless the kernel caches pages of path: it is
+// read through the page cache, not direct I/O (which caches none).
+func requireCached(t *testing.T, path string) {
+	t.Helper()
+	if _, err := exec.LookPath("fincore"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("fincore not installed")
+		}
+		t.Skip("fincore not installed")
+	}
+	require.Positive(t, cachedPages(t, path), "pages of %s cached", path)
+}
+
+func version(b byte, size int) []byte { return bytes.Repeat([]byte{b}, size) }
+
+func readAllAt(t *testing.T, f *os.File) []byte {
+	t.Helper()
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<40))
+	require.NoError(t, err)
+	return b
+}
+
+// A reader alone on a version reads it through the page cache (the
+// kernel caches its pages; with direct I/O it caches none), keeps it
+// whole across a commit, and the next opener reads the new version. A
+// writer that opens while the reader holds it open is moved to another
+// kernel inode; both show the file's one inode number.
+func TestVersionCacheReaders(t *testing.T) {
+	m := New(t, versionCache)
+	p := m.Path("page")
+	const size = 1 << 20
+	require.NoError(t, os.WriteFile(m.BackingPath("page"), version('a', size), 0o644)) // a data file made outside
+
+	r1, err := os.Open(p)
+	require.NoError(t, err)
+	defer r1.Close()
+	require.Equal(t, version('a', size), readAllAt(t, r1))
+	requireCached(t, p)
+
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	require.NoError(t, err, "a writer while a reader holds the version")
+	_, err = w.Write(version('b', size/2))
+	require.NoError(t, err)
+	var rs, ws unix.Stat_t
+	require.NoError(t, unix.Fstat(int(r1.Fd()), &rs))
+	require.NoError(t, unix.Fstat(int(w.Fd()), &ws))
+	assert.Equal(t, rs.Ino, ws.Ino, "one inode number for the file")
+	assert.Equal(t, int64(size), rs.Size, "the reader's size")
+	assert.Equal(t, int64(size/2), ws.Size, "the writer's size")
+	require.NoError(t, w.Close())
+
+	assert.Equal(t, version('a', size), readAllAt(t, r1), "the reader's version after the commit")
+	r2, err := os.Open(p)
+	require.NoError(t, err)
+	defer r2.Close()
+	assert.Equal(t, version('b', size/2), readAllAt(t, r2), "a new reader's version")
+	got, err := os.ReadFile(m.BackingPath("page"))
+	require.NoError(t, err)
+	assert.Equal(t, version('b', size/2), got, "backing")
+}
+
+// Appends and rewrites by other processes while a cached reader is
+// open: a new read of the reader sees the appended bytes (they were
+// written into its version's file), and a stat by name sees each commit.
+func TestVersionCacheAppendsSeen(t *testing.T) {
+	m := New(t, versionCache)
+	p := m.Path("log")
+	require.NoError(t, os.WriteFile(m.BackingPath("log"), []byte("one\n"), 0o644))
+	r, err := os.Open(p)
+	require.NoError(t, err)
+	defer r.Close()
+	require.Equal(t, "one\n", string(readAllAt(t, r)))
+	requireCached(t, p)
+	for i, line := range []string{"two\n", "three\n"} {
+		out, err := exec.Command("perl", "-e", `open(F, ">>", $ARGV[0]) or die "$!"; print F $ARGV[1]; close(F) or die "$!"`, p, line).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		want := "one\ntwo\n"
+		if i == 1 {
+			want += "three\n"
+		}
+		assert.Equal(t, want, string(readAllAt(t, r)), "the reader after append %d", i+1)
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		assert.Equal(t, int64(len(want)), st.Size(), "stat after append %d", i+1)
+	}
+	require.NoError(t, os.WriteFile(p, []byte("new\n"), 0o644))
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, "new\n", string(b), "a new open after a rewrite")
+	assert.Equal(t, "one\ntwo\nthree\n", string(readAllAt(t, r)), "the reader's version after the rewrite")
+}

@@ -45,7 +45,8 @@ type file struct {
 	syncs *journal.GroupSync
 	pt    ptFile // passthrough (passthrough.go)
 	roles roles  // kernel nodes by role (roles.go)
-	// current is the node lookups give now (roles.go), nil once forgotten.
+	// current is the last node of the current generation an open
+	// reached (roles.go), nil once forgotten.
 	current *Node
 	// inPlace is held to write buffered bytes into the committed file
 	// (appendbuf.go), and to read or stat it through the mount: so a

@@ -126,12 +126,10 @@ func Mount(backing, mountpoint string, o Options) (*Server, error) {
 	// The command line refuses cache=version with passthrough=read;
 	// here passthrough wins (a test suite run with both on).
 	o.VersionCache = o.VersionCache && !o.Passthrough
-	if o.VersionCache {
-		if o.ScriptLocks == nil {
-			// One file, several kernel inodes: the kernel's locks would
-			// not exclude across them.
-			o.ScriptLocks = scriptlock.NewMemory()
-		}
+	if o.VersionCache && o.ScriptLocks == nil {
+		// One file, several kernel inodes: the kernel's locks would not
+		// exclude across them.
+		o.ScriptLocks = scriptlock.NewMemory()
 	}
 	s, err := open(backing, o)
 	if err != nil {

@@ -89,11 +89,15 @@ func (f *file) identityNow() gofs.StableAttr {
 // version f has now, or direct when made for a writer's bounce. (Two
 // lookups may each make one; go-fuse keeps one, so both start alike.)
 func (r *root) made(n *Node) {
+	if !r.opts.VersionCache {
+		return
+	}
 	f := n.f
+	k := r.ids.current(f) // under the tables' lock; a commit in between only makes it not cache
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.roles.live++
-	n.rl.ver, n.rl.key, n.rl.gen = f.version, f.key, f.gen
+	n.rl.ver, n.rl.key, n.rl.gen = f.version, k, f.gen
 	if f.roles.kgen != 0 {
 		n.rl.gen = f.roles.kgen
 	}

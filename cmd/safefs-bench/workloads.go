@@ -21,6 +21,7 @@ type config struct {
 	appendN      int           // appends per append-* workload
 	statN        int           // stat: files
 	statPasses   int           // stat: timed passes over them
+	readN        int           // read-64k: whole-file reads
 	mmapSize     int64         // mmap-read bytes
 	counterProcs int           // naive-counter processes
 	counterRuns  int           // naive-counter increments per process
@@ -36,7 +37,7 @@ type config struct {
 
 func (c config) valid() bool {
 	for _, n := range []int64{int64(c.createN), int64(c.rewriteN), int64(c.appendN), int64(c.statN),
-		int64(c.statPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), c.seqSize, c.mmapSize,
+		int64(c.statPasses), int64(c.readN), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), c.seqSize, c.mmapSize,
 		int64(c.flockProcs), int64(c.flockRuns), int64(c.writersN), int64(c.memFiles), c.memSize} {
 		if n < 1 {
 			return false
@@ -48,7 +49,7 @@ func (c config) valid() bool {
 // shrink divides every count and size by 10, for smoke runs. The counters
 // keep their processes: with fewer there is little race to measure.
 func (c *config) shrink() {
-	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.counterRuns, &c.apacheN,
+	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.readN, &c.counterRuns, &c.apacheN,
 		&c.flockRuns, &c.writersN, &c.memFiles} {
 		*n = max(*n/10, 1)
 	}
@@ -104,6 +105,7 @@ var workloads = []workload{
 	{name: "append-1m", unit: "ops/s", setup: appendSetup(1 << 20), run: appendRun(1 << 20), commits: true},
 	{name: "append-1g", unit: "ops/s", setup: appendSetup(1 << 30), run: appendRun(1 << 30), commits: true},
 	{name: "stat", unit: "ops/s", setup: statSetup, run: statRun},
+	{name: "read-64k", unit: "reads/s", setup: read64kSetup, run: read64k},
 	{name: "naive-counter", unit: "kept", setup: counterSetup, run: counterRun, total: counterTotal, title: counterTitle},
 	{name: "flock-counter", unit: "commits/s", setup: counterSetup, run: flockRun, commits: true},
 	writersRow(1),
@@ -291,6 +293,47 @@ func statPass(e *env) error {
 		}
 	}
 	return nil
+}
+
+// read64kSetup puts a 64 KiB data file in BACKING (made outside the
+// mount, as a site's templates and data files are).
+func read64kSetup(e *env) error {
+	return writeFile(filepath.Join(e.raw, "tpl"), unix.O_CREAT, pattern(64<<10))
+}
+
+// read64k reads it whole readN times (open, read to the end in 8 KiB
+// reads as Perl's and stdio's buffers do, close), as a CGI script reads
+// a template or a data file nobody is writing.
+func read64k(e *env) (float64, error) {
+	p := e.path("tpl")
+	for range e.cfg.readN {
+		if err := e.ctx.Err(); err != nil {
+			return 0, err
+		}
+		fd, err := retry(func() (int, error) { return unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", p, err)
+		}
+		n, err := readAll8k(fd)
+		unix.Close(fd)
+		if err != nil || n != 64<<10 {
+			return 0, fmt.Errorf("%s: read %d bytes (%v), want %d", p, n, err, 64<<10)
+		}
+	}
+	return float64(e.cfg.readN), nil
+}
+
+// readAll8k reads fd to its end in 8 KiB reads and returns the length.
+func readAll8k(fd int) (int, error) {
+	var buf [8 << 10]byte
+	total := 0
+	for {
+		n, err := retry(func() (int, error) { return unix.Read(fd, buf[:]) })
+		if err != nil || n == 0 {
+			return total, err
+		}
+		total += n
+	}
 }
 
 func (e *env) path(name string) string { return filepath.Join(e.dir, name) }

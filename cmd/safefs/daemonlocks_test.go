@@ -31,13 +31,7 @@ func TestDaemonLocksKilledAndInterrupted(t *testing.T) {
 	for _, how := range []string{"flock", "fcntl"} {
 		t.Run(how, func(t *testing.T) {
 			lp := startDaemonLocks(t)
-			h := holder(t, how, lp.mnt[0])
-			require.Equal(t, "EAGAIN", tryLock(t, how+"_nb", lp.mnt[0]))
-			w := waiter(t, how, lp.mnt[0])
-			stillWaiting(t, w)
-			kill(t, h)
-			waitOut(t, w, "locked")
-			require.Equal(t, "EAGAIN", tryLock(t, how+"_nb", lp.mnt[0]), "the waiter's lock does not exclude")
+			w := handOver(t, how, lp)
 			waitOut(t, interrupted(t, how, lp.mnt[0]), "EINTR")
 			kill(t, w)
 			require.Equal(t, "ok", tryLock(t, how+"_nb", lp.mnt[0]), "a killed holder or an interrupted wait left a lock behind")

@@ -181,16 +181,24 @@ func TestScriptLocksCounter(t *testing.T) {
 func TestScriptLocksHolderKilled(t *testing.T) {
 	for _, how := range []string{"flock", "fcntl"} {
 		t.Run(how, func(t *testing.T) {
-			lp := startLockPair(t)
-			h := holder(t, how, lp.mnt[0])
-			require.Equal(t, "EAGAIN", tryLock(t, how+"_nb", lp.mnt[1]))
-			w := waiter(t, how, lp.mnt[1])
-			stillWaiting(t, w)
-			kill(t, h)
-			waitOut(t, w, "locked")
-			require.Equal(t, "EAGAIN", tryLock(t, how+"_nb", lp.mnt[0]), "the waiter's lock does not exclude")
+			handOver(t, how, startLockPair(t))
 		})
 	}
+}
+
+// handOver: a holder through mount 0 is killed while a waiter through
+// mount 1 waits; the waiter gets the lock, which then excludes through
+// mount 0. It returns the waiter, still holding.
+func handOver(t *testing.T, how string, lp *lockPair) *proc {
+	t.Helper()
+	h := holder(t, how, lp.mnt[0])
+	require.Equal(t, "EAGAIN", tryLock(t, how+"_nb", lp.mnt[1]))
+	w := waiter(t, how, lp.mnt[1])
+	stillWaiting(t, w)
+	kill(t, h)
+	waitOut(t, w, "locked")
+	require.Equal(t, "EAGAIN", tryLock(t, how+"_nb", lp.mnt[0]), "the waiter's lock does not exclude")
+	return w
 }
 
 // A wait interrupted by a signal (no SA_RESTART) ends with EINTR, and

@@ -365,6 +365,9 @@ func versionEntry(in *gofs.Inode, out *fuse.EntryOut, stable bool) {
 // logical file: not while another node of it lives, nor while an open
 // is on its way to a new one.
 func (n *Node) forgettable() bool {
+	if !n.r.opts.VersionCache {
+		return true
+	}
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -373,7 +376,7 @@ func (n *Node) forgettable() bool {
 		f.current = nil
 	}
 	f.roles.live--
-	return !n.r.opts.VersionCache || f.roles.live <= 0 && !f.roles.moving
+	return f.roles.live <= 0 && !f.roles.moving
 }
 
 // callerTid is the thread a request came from (0 if unknown).

@@ -69,7 +69,7 @@ var mountOptions = []mountOption{
 		set:  setPassthrough},
 	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, not by the kernel per inode (in cluster mode they always are, in etcd)",
 		show: locksName, set: setLocks},
-	{name: "cache", value: "direct|version", help: "version (experimental): readers alone on a file's version read it through the kernel's page cache, on a kernel inode of that version; writers stay direct (implies locks=daemon; not with passthrough=read)",
+	{name: "cache", value: "direct|version", help: "version (experimental): readers alone on a file's version read it through the kernel's page cache, on a kernel inode of that version; writers stay direct (implies locks=daemon; not with passthrough=read nor in cluster mode)",
 		show: func(c mountConfig) string { return cacheName(c.fs.VersionCache) },
 		set:  setCache},
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
@@ -410,6 +410,9 @@ func parseMountArgs(args []string) (mountArgs, error) {
 	a.backing, a.mountpoint = pos[0], pos[1]
 	if a.cfg.fs.VersionCache && a.cfg.fs.Passthrough {
 		return a, failf(exitUsage, "cache=version and passthrough=read cannot be combined")
+	}
+	if a.cfg.fs.VersionCache && a.cfg.cluster.mode != "" {
+		return a, failf(exitUsage, "cache=version is not built for cluster mode yet")
 	}
 	err := a.cfg.cluster.check()
 	return a, err

@@ -75,6 +75,7 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o rmw b m", "-o rmw= b m", "-o rmw=[x b m", "-o rmw=a:: b m", "-o rmw_hold=0 b m", "-o rmw_wait=soon b m",
 		"-o passthrough b m", "-o passthrough=on b m", "-o locks b m", "-o locks=etcd b m",
 		"-o cache b m", "-o cache=page b m", "-o cache=version,passthrough=read b m",
+		"-o cache=version,cluster=etcd,etcd=http://127.0.0.1:1 b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))

@@ -86,8 +86,8 @@ func (f *file) identityNow() gofs.StableAttr {
 }
 
 // made records that node n was just made for f: it starts fresh for the
-// version f has now, or direct when made for a writer's bounce. (Two
-// lookups may each make one; go-fuse keeps one, so both start alike.)
+// version f has now, or direct within retryWindow of a writer's move.
+// (Two lookups may each make one; go-fuse keeps one, so both start alike.)
 func (r *root) made(n *Node) {
 	if !r.opts.VersionCache {
 		return
@@ -97,10 +97,7 @@ func (r *root) made(n *Node) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.roles.live++
-	n.rl.ver, n.rl.key, n.rl.gen = f.version, k, f.gen
-	if f.roles.kgen != 0 {
-		n.rl.gen = f.roles.kgen
-	}
+	n.rl.ver, n.rl.key, n.rl.gen = f.version, k, f.curGen()
 	if time.Now().UnixNano() < f.roles.writerUntil {
 		n.rl.role = roleDirect
 	}
@@ -126,11 +123,10 @@ func (f *file) curGen() uint64 {
 // moveOn gives f's lookups a node of a new generation (f.mu held), and
 // drops the kernel's entries of its names apart: the kernel may hold a
 // directory's lock while it waits for a request that waits for us.
-func (f *file) moveOn(r *root) uint64 {
+func (f *file) moveOn(r *root) {
 	f.roles.kgen = r.ids.newGen()
 	f.roles.moving = true
 	go f.moveNames()
-	return f.roles.kgen
 }
 
 // writerMayOpen decides a write open of n before anything is opened: a

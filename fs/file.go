@@ -45,9 +45,6 @@ type file struct {
 	syncs *journal.GroupSync
 	pt    ptFile // passthrough (passthrough.go)
 	roles roles  // kernel nodes by role (roles.go)
-	// current is the last node of the current generation an open
-	// reached (roles.go), nil once forgotten.
-	current *Node
 	// inPlace is held to write buffered bytes into the committed file
 	// (appendbuf.go), and to read or stat it through the mount: so a
 	// reader sees all of them or none.

@@ -85,6 +85,14 @@ func (r *root) takeFile(ctx context.Context) error {
 	return err
 }
 
+// callerTid is the thread a request came from (0 if unknown).
+func callerTid(ctx context.Context) uint32 {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Pid &^ noFh
+	}
+	return 0
+}
+
 func callerUID(ctx context.Context) uint32 {
 	if c, ok := fuse.FromContext(ctx); ok {
 		return c.Uid

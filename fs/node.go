@@ -392,17 +392,20 @@ func (n *Node) statEntry(dir int, nm string) (st unix.Stat_t, err error) {
 // likely reads (see callerHandle), else the committed version; the
 // kernel keeps its own size if that differs (keepSize).
 func (n *Node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	errno := n.getattr(ctx, fh, out)
-	if _, own := n.versionAttr(); errno == 0 && !hasFh(ctx) && !own {
+	errno, own := n.getattr(ctx, fh, out)
+	if errno == 0 && !hasFh(ctx) && !own {
 		n.f.keepSize(out.Size)
 	}
 	return errno
 }
 
-func (n *Node) getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+// getattr fills out; own: it describes n's version (versionAttr), not
+// its caller's.
+func (n *Node) getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno, own bool) {
 	ver := n.f.ver()
 	h, ok := fh.(*handle)
-	if vh, own := n.versionAttr(); own {
+	vh, own := n.versionAttr()
+	if own {
 		h = vh // a version's node: its size and pages are that version's
 	} else if !ok || !hasFh(ctx) {
 		h = n.callerHandle(ctx)
@@ -415,19 +418,18 @@ func (n *Node) getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		st, err = n.stat()
 	}
 	if err != nil {
-		return n.errno(err)
+		return n.errno(err), own
 	}
 	fillAttr(&out.Attr, &st, n.f.ino)
 	out.SetTimeout(n.r.attrTimeout(n.f, ver))
-	return 0
+	return 0, own
 }
 
 func (n *Node) callerHandle(ctx context.Context) *handle {
-	c, ok := fuse.FromContext(ctx)
-	if !ok || n.isDir() || !n.f.hasHandles() {
+	tid := callerTid(ctx)
+	if tid == 0 || n.isDir() || !n.f.hasHandles() {
 		return nil
 	}
-	tid := c.Pid &^ noFh
 	tgid := n.f.tgidOf(tid)
 	if h := n.nodeHandle(tid, tgid); h != nil {
 		return h

@@ -34,7 +34,7 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	// The kernel stores a SETATTR reply's size whatever its version:
 	// never below a map's extent (attrcache.go).
-	errno := n.getattr(ctx, fh, out)
+	errno, _ := n.getattr(ctx, fh, out)
 	out.Size = max(out.Size, uint64(n.f.mappedSize()))
 	return errno
 }

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"context"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,6 +40,9 @@ const (
 type roles struct {
 	kgen    uint64             // identity generation of the node lookups give
 	readers map[*Node]struct{} // reader nodes, told of in-place commits
+	// current is the last node of the current generation an open
+	// reached, nil once forgotten.
+	current *Node
 	// writerUntil: nodes made before then start direct (ns). A writer
 	// sent on retries at once, and other opens may move the file on
 	// meanwhile: its retry must not meet cached readers again.
@@ -107,7 +109,7 @@ func (r *root) made(n *Node) {
 // (f.mu held): commits look at its role.
 func (n *Node) opened() {
 	if f := n.f; n.rl.gen == f.curGen() {
-		f.current = n
+		f.roles.current = n
 		f.roles.moving = false
 	}
 }
@@ -194,12 +196,18 @@ func (n *Node) readerMoves() bool {
 	if n.rl.role != roleDirect || n.rl.wrote == 0 || time.Now().UnixNano()-n.rl.wrote < int64(readerMoveAfter) {
 		return false
 	}
-	for h := range f.handles {
-		if h.n == n && h.write {
-			return false
+	return n.handle(func(h *handle) bool { return h.write }) == nil
+}
+
+// handle returns a handle of f opened through n that is accepts,
+// nil if none (f.mu held).
+func (n *Node) handle(is func(*handle) bool) *handle {
+	for h := range n.f.handles {
+		if h.n == n && is(h) {
+			return h
 		}
 	}
-	return true
+	return nil
 }
 
 // markDirect makes n direct (a writer's create).
@@ -280,7 +288,7 @@ func (r *root) rolesCommitted(f *file, onBase bool) {
 	}
 	// A direct node stays while only writers use it (a log appended
 	// to, a counter under flock): moving it costs a lookup per commit.
-	cur := f.current
+	cur := f.roles.current
 	if cur != nil && cur.rl.gen == f.curGen() && (cur.rl.role != roleDirect || cur.rl.directReads > 0) {
 		f.moveOn(r)
 	}
@@ -313,12 +321,7 @@ func (n *Node) versionAttr() (h *handle, own bool) {
 	if n.rl.role == roleDirect {
 		return nil, false
 	}
-	for h := range f.handles {
-		if h.n == n && h.cached {
-			return h, true
-		}
-	}
-	return nil, true
+	return n.handle(func(h *handle) bool { return h.cached }), true
 }
 
 // nodeHandle is the caller's handle most likely meant by a stat of n
@@ -368,17 +371,9 @@ func (n *Node) forgettable() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.roles.readers, n)
-	if f.current == n {
-		f.current = nil
+	if f.roles.current == n {
+		f.roles.current = nil
 	}
 	f.roles.live--
 	return f.roles.live <= 0 && !f.roles.moving
-}
-
-// callerTid is the thread a request came from (0 if unknown).
-func callerTid(ctx context.Context) uint32 {
-	if c, ok := fuse.FromContext(ctx); ok {
-		return c.Pid &^ noFh
-	}
-	return 0
 }

@@ -5,8 +5,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -17,29 +15,6 @@ import (
 )
 
 func versionCache(o *safefs.Options) { o.VersionCache = true }
-
-// cachedPages is how many pages of path the kernel caches (fincore).
-func cachedPages(t *testing.T, path string) int {
-	t.Helper()
-	out, err := exec.Command("fincore", "--noheadings", "--bytes", "--output", "PAGES", path).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	require.NoError(t, err, "%s", out)
-	return n
-}
-
-// requireCached fails unless the kernel caches pages of path: it is
-// read through the page cache, not direct I/O (which caches none).
-func requireCached(t *testing.T, path string) {
-	t.Helper()
-	if _, err := exec.LookPath("fincore"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("fincore not installed")
-		}
-		t.Skip("fincore not installed")
-	}
-	require.Positive(t, cachedPages(t, path), "pages of %s cached", path)
-}
 
 func version(b byte, size int) []byte { return bytes.Repeat([]byte{b}, size) }
 
@@ -65,7 +40,7 @@ func TestVersionCacheReaders(t *testing.T) {
 	require.NoError(t, err)
 	defer r1.Close()
 	require.Equal(t, version('a', size), readAllAt(t, r1))
-	requireCached(t, p)
+	RequireCached(t, p)
 
 	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
 	require.NoError(t, err, "a writer while a reader holds the version")
@@ -100,7 +75,7 @@ func TestVersionCacheAppendsSeen(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close()
 	require.Equal(t, "one\n", string(readAllAt(t, r)))
-	requireCached(t, p)
+	RequireCached(t, p)
 	for i, line := range []string{"two\n", "three\n"} {
 		out, err := exec.Command("perl", "-e", `open(F, ">>", $ARGV[0]) or die "$!"; print F $ARGV[1]; close(F) or die "$!"`, p, line).CombinedOutput()
 		require.NoError(t, err, "%s", out)

@@ -4,11 +4,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/testfs"
 )
 
 // cache=version, the real daemon and Perl: a reader that has read half
@@ -19,12 +20,6 @@ func TestVersionCacheDaemon(t *testing.T) {
 	requireFuse(t)
 	requireRoot(t)
 	requirePerl(t)
-	if _, err := exec.LookPath("fincore"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("fincore not installed")
-		}
-		t.Skip("fincore not installed")
-	}
 	b, m, sync := tempDir(t), tempDir(t), tempDir(t)
 	require.NoError(t, os.WriteFile(filepath.Join(b, "page"), []byte(strings.Repeat("a", 65536)), 0o644))
 	d := launchMount(t, exec.Command(safefsBin, "mount", "-o", "cache=version", b, m), m)
@@ -40,13 +35,9 @@ func TestVersionCacheDaemon(t *testing.T) {
 		printf "%d %d\n", length($all), ($all =~ tr/a//);
 		sleep 600`, page, goOn))
 	waitOut(t, r, "half")
-	out, err := exec.Command("fincore", "--noheadings", "--output", "PAGES", page).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	pages, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	require.NoError(t, err, "%s", out)
-	require.Positive(t, pages, "the reader's pages are not in the page cache")
+	testfs.RequireCached(t, page)
 
-	out, err = exec.Command("perl", "-e", `open(F, ">", $ARGV[0]) or die "open: $!"; print F "b" x 70000; close(F) or die "close: $!"`, page).CombinedOutput()
+	out, err := exec.Command("perl", "-e", `open(F, ">", $ARGV[0]) or die "open: $!"; print F "b" x 70000; close(F) or die "close: $!"`, page).CombinedOutput()
 	require.NoError(t, err, "the writer: %s", out)
 	require.NoError(t, os.WriteFile(goOn, nil, 0o644))
 	waitOut(t, r, "65536 65536")

@@ -41,6 +41,11 @@ func (h *handle) commitLocked() error {
 	base := h.base
 	onBase := false // the commit wrote base's own inode
 	switch {
+	case h.append && h.appendReplaces():
+		// A passed-through reader reads the committed inode itself.
+		if err = h.unappend(false); err == nil {
+			err = h.commitWhole(g)
+		}
 	case h.append:
 		onBase, err = h.commitAppend(g)
 	case h.newFile:

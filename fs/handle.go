@@ -72,6 +72,7 @@ type handle struct {
 	staged atomic.Int64
 	rmw    rmwHandle
 	pt     bool // opened with the file's backing ID (passthrough.go)
+	ptNode bool // opened with its node's backing ID (roles_pt.go)
 	// settled: 1 + the committed version this writer shows while it has
 	// nothing pending, 0 if none (settle).
 	settled atomic.Uint64

@@ -123,9 +123,6 @@ func (r *root) recover() (journal.Summary, error) {
 // and mounts safefs on mountpoint. It returns once the mount is visible
 // in /proc/mounts (type fuse.safefs).
 func Mount(backing, mountpoint string, o Options) (*Server, error) {
-	// The command line refuses cache=version with passthrough=read;
-	// here passthrough wins (a test suite run with both on).
-	o.VersionCache = o.VersionCache && !o.Passthrough
 	if o.VersionCache && o.ScriptLocks == nil {
 		// One file, several kernel inodes: the kernel's locks would not
 		// exclude across them.

@@ -135,7 +135,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if isWrite(flags) && !journalable(n.path()) {
 		return nil, 0, syscall.ENAMETOOLONG
 	}
-	if isWrite(flags) && !n.writerMayOpen() || !isWrite(flags) && !n.readerMayOpen(callerTid(ctx)) {
+	if isWrite(flags) && !n.writerMayOpen(callerTid(ctx)) || !isWrite(flags) && !n.readerMayOpen(callerTid(ctx)) {
 		return nil, 0, syscall.ESTALE // the kernel looks the name up again
 	}
 	// A session is waited for before the version is opened, so the
@@ -158,7 +158,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 // version's node, or direct I/O.
 func (n *Node) openReply(ctx context.Context, h *handle) uint32 {
 	if n.r.opts.VersionCache {
-		return n.openFlags(h)
+		return n.openFlags(ctx, h)
 	}
 	return n.ptOpen(ctx, h)
 }
@@ -208,7 +208,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 		out.SetAttrTimeout(n.r.attrTimeout(h.n.f, h.baseVer))
 	}
 	if h.write && n.r.opts.VersionCache {
-		h.n.markDirect() // a writer's node: direct
+		h.n.markDirect(callerTid(ctx)) // a writer's node: direct
 	}
 	return in, h, h.n.openReply(ctx, h), 0
 }

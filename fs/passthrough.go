@@ -67,8 +67,8 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 	if !r.opts.Passthrough || r.pt.off.Load() || n.f.kind != unix.S_IFREG || h.private {
 		return fuse.FOPEN_DIRECT_IO
 	}
-	c, ok := ctx.(*fuse.Context)
-	if !ok || c.Cancel == nil {
+	cancel, ok := replyOf(ctx)
+	if !ok {
 		return fuse.FOPEN_DIRECT_IO
 	}
 	st, err := fstat(int(h.first.Fd()))
@@ -86,7 +86,7 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 	}
 	f.pt.open++
 	h.pt = true
-	r.pt.ids.Store(c.Cancel, f.pt.id)
+	r.pt.ids.Store(cancel, f.pt.id)
 	if mine && keyOf(&st) == f.pt.key {
 		r.count.passthrough.Add(1)
 		return 0
@@ -98,21 +98,29 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 
 // ptRegister registers h's version as f's backing file (f.mu is held).
 func (r *root) ptRegister(f *file, h *handle, k key) bool {
+	id, ok := r.ptBacking(h.first)
+	if ok {
+		f.pt.id, f.pt.key = id, k
+	}
+	return ok
+}
+
+// ptBacking registers fd's file as a backing file.
+func (r *root) ptBacking(fd *os.File) (int32, bool) {
 	srv := r.pt.srv.Load()
 	if srv == nil {
-		return false
+		return 0, false
 	}
-	id, errno := srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(h.first.Fd())})
+	id, errno := srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd.Fd())})
 	if errno != 0 {
 		r.pt.off.Store(true)
 		r.pt.once.Do(func() {
 			r.log.Warn("passthrough unavailable: reads stay direct I/O (needs CAP_SYS_ADMIN and kernel 6.9+)",
 				zap.Error(errno))
 		})
-		return false
+		return 0, false
 	}
-	f.pt.id, f.pt.key = id, k
-	return true
+	return id, true
 }
 
 // ptRelease drops h's count; the last one unregisters the backing file
@@ -128,12 +136,16 @@ func (h *handle) ptRelease() {
 	if f.pt.open--; f.pt.open > 0 {
 		return
 	}
+	r.ptUnregister(f.pt.id)
+	f.pt.id, f.pt.key = 0, key{}
+}
+
+func (r *root) ptUnregister(id int32) {
 	if srv := r.pt.srv.Load(); srv != nil {
-		if errno := srv.UnregisterBackingFd(f.pt.id); errno != 0 {
+		if errno := srv.UnregisterBackingFd(id); errno != 0 {
 			r.log.Warn("unregister backing file", zap.Error(errno))
 		}
 	}
-	f.pt.id, f.pt.key = 0, key{}
 }
 
 // ptMapped records that a direct-I/O handle of f has a shared map: such

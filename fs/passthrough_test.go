@@ -33,7 +33,8 @@ func ptMount(t *testing.T, on bool, v1 []byte) (*testfs.Mount, string) {
 		}
 		t.Skip("passthrough needs root (CAP_SYS_ADMIN)")
 	}
-	m := testfs.New(t, func(o *fs.Options) { o.Passthrough = on })
+	// passthrough=read alone (with cache=version: versioncache_test.go).
+	m := testfs.New(t, func(o *fs.Options) { o.Passthrough, o.VersionCache = on, false })
 	require.NoError(t, os.WriteFile(m.Path("f"), v1, 0o644))
 	ptIdle(t, m)
 	return m, m.Path("f")

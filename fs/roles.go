@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"time"
 
 	"go.uber.org/zap"
@@ -43,10 +44,11 @@ type roles struct {
 	// current is the last node of the current generation an open
 	// reached, nil once forgotten.
 	current *Node
-	// writerUntil: nodes made before then start direct (ns). A writer
-	// sent on retries at once, and other opens may move the file on
-	// meanwhile: its retry must not meet cached readers again.
-	writerUntil int64
+	// writers: threads whose write open was sent on, and when (ns).
+	// Until each one's retry arrives (or retryWindow passed), nodes
+	// start direct: other opens may move the file on meanwhile, and its
+	// retry must not meet cached readers again.
+	writers map[uint32]int64
 	// sent: when each thread was last sent on (ns): a reader's retry is
 	// never sent on again.
 	sent map[uint32]int64
@@ -56,6 +58,10 @@ type roles struct {
 	// logical file, which another reader may cache: a second ESTALE).
 	moving bool
 	live   int // nodes made and not forgotten (one that lost a lookup race to another stays counted)
+	// pt: nodes with a backing file registered (roles_pt.go); appended:
+	// an append was committed, no reader is passed through.
+	pt       map[*Node]struct{}
+	appended bool
 }
 
 // nodeRoles is a node's part (under its file's mu).
@@ -69,6 +75,7 @@ type nodeRoles struct {
 	// a node of the next version would serve from the page cache.
 	directReads int
 	wrote       int64 // when a writer last opened it (ns), 0: never
+	pt          ptNode
 }
 
 // readerMoveAfter is how long after its last writer's open a direct
@@ -100,8 +107,9 @@ func (r *root) made(n *Node) {
 	defer f.mu.Unlock()
 	f.roles.live++
 	n.rl.ver, n.rl.key, n.rl.gen = f.version, k, f.curGen()
-	if time.Now().UnixNano() < f.roles.writerUntil {
-		n.rl.role = roleDirect
+	if now := time.Now().UnixNano(); f.writerPending(now) {
+		// As if written now: readers move on after readerMoveAfter.
+		n.rl.role, n.rl.wrote = roleDirect, now
 	}
 }
 
@@ -136,23 +144,44 @@ func (f *file) moveOn(r *root) {
 // (false: answer ESTALE): its size and truncation would reach them. Any
 // other becomes direct at once, so that a reader opening meanwhile does
 // not cache it.
-func (n *Node) writerMayOpen() bool {
+func (n *Node) writerMayOpen(tid uint32) bool {
 	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
 		return true
 	}
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if n.rl.cached > 0 {
+	if n.rl.cached > 0 || n.rl.pt.open > 0 {
 		f.moveOn(n.r)
-		f.roles.writerUntil = time.Now().Add(retryWindow).UnixNano()
+		if f.roles.writers == nil {
+			f.roles.writers = map[uint32]int64{}
+		}
+		f.roles.writers[tid] = time.Now().UnixNano()
 		n.r.log.Debug("cache: a writer moves to a node of its own", zap.Uint64("ino", f.ino), zap.Uint64("gen", f.roles.kgen))
 		return false
 	}
+	n.writerCame(tid)
+	return true
+}
+
+// writerCame makes n a writer's node (f.mu held): direct, and the
+// writer's retry, if it was sent on, has arrived.
+func (n *Node) writerCame(tid uint32) {
 	n.becomeDirect()
 	n.rl.wrote = time.Now().UnixNano()
 	n.opened()
-	return true
+	delete(n.f.roles.writers, tid)
+}
+
+// writerPending reports whether a writer sent on may still be on its
+// way to its node (f.mu held); forgets those past retryWindow.
+func (f *file) writerPending(now int64) bool {
+	for t, at := range f.roles.writers {
+		if now-at >= int64(retryWindow) {
+			delete(f.roles.writers, t)
+		}
+	}
+	return len(f.roles.writers) > 0
 }
 
 // readerMayOpen decides a read-only open of n by thread tid; false: it
@@ -162,11 +191,12 @@ func (n *Node) readerMayOpen(tid uint32) bool {
 	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
 		return true
 	}
+	big := n.ptBig()
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now().UnixNano()
-	if !n.readerMoves() || now-f.roles.sent[tid] < int64(retryWindow) {
+	if !n.readerMoves(big) || now-f.roles.sent[tid] < int64(retryWindow) {
 		return true
 	}
 	for t, at := range f.roles.sent {
@@ -186,14 +216,15 @@ func (n *Node) readerMayOpen(tid uint32) bool {
 // readerMoves (f.mu held): n is a reader node of an older version while
 // its readers are open (a direct open there would drop their pages, and
 // its map would fill them with another version's), or a direct node
-// that no writer holds and none opened for readerMoveAfter (the reader
-// will read through the page cache).
-func (n *Node) readerMoves() bool {
+// that no writer holds and none opened for readerMoveAfter, or at all if
+// the version is big (its reader will be passed through: ptBig).
+func (n *Node) readerMoves(big bool) bool {
 	f := n.f
 	if n.rl.role == roleReader {
 		return n.rl.cached > 0 && n.rl.ver != f.version
 	}
-	if n.rl.role != roleDirect || n.rl.wrote == 0 || time.Now().UnixNano()-n.rl.wrote < int64(readerMoveAfter) {
+	big = big && !f.roles.appended
+	if n.rl.role != roleDirect || n.rl.wrote == 0 || !big && time.Now().UnixNano()-n.rl.wrote < int64(readerMoveAfter) {
 		return false
 	}
 	return n.handle(func(h *handle) bool { return h.write }) == nil
@@ -211,12 +242,10 @@ func (n *Node) handle(is func(*handle) bool) *handle {
 }
 
 // markDirect makes n direct (a writer's create).
-func (n *Node) markDirect() {
+func (n *Node) markDirect(tid uint32) {
 	n.f.mu.Lock()
 	defer n.f.mu.Unlock()
-	n.becomeDirect()
-	n.rl.wrote = time.Now().UnixNano()
-	n.opened()
+	n.writerCame(tid)
 }
 
 // becomeDirect makes n a direct node (f.mu held). Its pages are dropped
@@ -229,7 +258,7 @@ func (n *Node) becomeDirect() {
 }
 
 // openFlags are the OPEN reply's flags for h on n.
-func (n *Node) openFlags(h *handle) uint32 {
+func (n *Node) openFlags(ctx context.Context, h *handle) uint32 {
 	f := n.f
 	if !n.r.opts.VersionCache || f.kind != unix.S_IFREG || h.write || h.private {
 		return fuse.FOPEN_DIRECT_IO
@@ -248,6 +277,7 @@ func (n *Node) openFlags(h *handle) uint32 {
 		}
 		n.rl.directReads++
 		n.opened()
+		n.ptShare(ctx, h)
 		return fuse.FOPEN_DIRECT_IO
 	}
 	n.opened()
@@ -258,16 +288,22 @@ func (n *Node) openFlags(h *handle) uint32 {
 		f.roles.readers = map[*Node]struct{}{}
 	}
 	f.roles.readers[n] = struct{}{}
+	if n.ptReader(ctx, h, &st) {
+		return 0
+	}
 	return fuse.FOPEN_KEEP_CACHE
 }
 
 // cachedReleased ends h's part in its node's page cache.
 func (h *handle) cachedReleased() {
-	if !h.cached {
+	if !h.cached && !h.ptNode {
 		return
 	}
 	h.n.f.mu.Lock()
-	h.n.rl.cached--
+	if h.cached {
+		h.n.rl.cached--
+	}
+	h.ptNodeReleased()
 	h.n.f.mu.Unlock()
 }
 

@@ -19,7 +19,7 @@ import (
 // Readers alone on the database are passed through, and a writer that
 // opens right after one gets the reader's backing file for its maps.
 func TestPassthroughDBMReadersAndWriters(t *testing.T) {
-	m, www, dir := setup(t, func(o *fs.Options) { o.Durable, o.Passthrough = false, true })
+	m, www, dir := setup(t, func(o *fs.Options) { o.Durable, o.Passthrough, o.VersionCache = false, true, false })
 	for _, module := range dbmModules { // the databases exist for the readers
 		RunPerl(t, &www, "dbm_counter.pl", module, filepath.Join(dir, "hits_"+module), "1")
 	}
@@ -56,7 +56,7 @@ func ptDBM(t *testing.T, www *Cred, module, file string) {
 // while a reader is passed through would map the reader's version.
 // A plain file read the same way is.
 func TestPassthroughNotForGdbm(t *testing.T) {
-	m, www, dir := setup(t, func(o *fs.Options) { o.Passthrough = true })
+	m, www, dir := setup(t, func(o *fs.Options) { o.Passthrough, o.VersionCache = true, false })
 	for _, module := range []string{"GDBM_File", "dbmopen"} {
 		RunPerl(t, &www, "dbm_counter.pl", module, filepath.Join(dir, "db_"+module), "1")
 	}

@@ -138,7 +138,7 @@ func rmwFromEnv(o *fs.Options) {
 // SAFEFS_TEST_LOCKS=daemon, and cache=version when
 // SAFEFS_TEST_CACHE=version, so that a whole suite runs with them.
 func OptionsFromEnv(o *fs.Options) {
-	if os.Getenv("SAFEFS_TEST_CACHE") == "version" && !o.Passthrough {
+	if os.Getenv("SAFEFS_TEST_CACHE") == "version" {
 		o.VersionCache = true
 	}
 	if os.Getenv("SAFEFS_TEST_LOCKS") == "daemon" && o.ScriptLocks == nil {

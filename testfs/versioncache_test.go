@@ -94,3 +94,69 @@ func TestVersionCacheAppendsSeen(t *testing.T) {
 	assert.Equal(t, "new\n", string(b), "a new open after a rewrite")
 	assert.Equal(t, "one\ntwo\nthree\n", string(readAllAt(t, r)), "the reader's version after the rewrite")
 }
+
+// With passthrough=read, a reader node of a large version is served
+// from that version's backing file: the open is passed through, the
+// reader keeps its version (read and map) across a rewrite, and the
+// writer that came meanwhile got a node of its own. An append while a
+// passed-through reader holds the committed file replaces it (the
+// reader keeps its version whole), and the file's later readers read
+// through the page cache, where appends are written in place.
+func TestVersionCachePassthrough(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("passthrough needs root, and CI is set")
+		}
+		t.Skip("passthrough needs root (CAP_SYS_ADMIN)")
+	}
+	m := New(t, func(o *safefs.Options) { o.VersionCache, o.Passthrough = true, true })
+	p := m.Path("big")
+	const size = 2 << 20
+	require.NoError(t, os.WriteFile(m.BackingPath("big"), version('a', size), 0o644))
+
+	r1, err := os.Open(p)
+	require.NoError(t, err)
+	defer r1.Close()
+	require.Equal(t, int64(1), m.Stats().Passthrough, "the reader was passed through")
+	mapped, err := unix.Mmap(int(r1.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	require.NoError(t, err)
+	defer unix.Munmap(mapped)
+	sameBytes(t, version('a', size), readAllAt(t, r1), "the first read")
+
+	require.NoError(t, os.WriteFile(p, version('b', size+1), 0o644), "a writer while the reader is passed through")
+	sameBytes(t, version('a', size), readAllAt(t, r1), "the reader's version after the commit")
+	sameBytes(t, version('a', size), mapped, "the reader's map after the commit")
+
+	r2, err := os.Open(p)
+	require.NoError(t, err)
+	defer r2.Close()
+	sameBytes(t, version('b', size+1), readAllAt(t, r2), "a new reader's version")
+	assert.Equal(t, int64(2), m.Stats().Passthrough, "the new reader was passed through")
+
+	out, err := exec.Command("perl", "-e", `open(F, ">>", $ARGV[0]) or die "$!"; print F "tail\n"; close(F) or die "$!"`, p).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	sameBytes(t, version('b', size+1), readAllAt(t, r2), "a passed-through reader across an append")
+	want := append(version('b', size+1), "tail\n"...)
+	r3, err := os.Open(p)
+	require.NoError(t, err)
+	defer r3.Close()
+	sameBytes(t, want, readAllAt(t, r3), "a reader after the append")
+	assert.Equal(t, int64(2), m.Stats().Passthrough, "a file appended to is read through the page cache")
+	RequireCached(t, p)
+	got, err := os.ReadFile(m.BackingPath("big"))
+	require.NoError(t, err)
+	sameBytes(t, want, got, "backing")
+}
+
+// sameBytes compares large contents by length and first difference.
+func sameBytes(t *testing.T, want, got []byte, what string) {
+	t.Helper()
+	if bytes.Equal(want, got) {
+		return
+	}
+	i := 0
+	for i < min(len(want), len(got)) && want[i] == got[i] {
+		i++
+	}
+	t.Errorf("%s: %d bytes, want %d; first difference at %d", what, len(got), len(want), i)
+}

@@ -32,6 +32,7 @@ var safefsTargets = []struct {
 	{"safefs-passthrough", func(o *safefs.Options) { o.Passthrough = true }},
 	{"safefs-locks", func(o *safefs.Options) { o.ScriptLocks = scriptlock.NewMemory() }}, // locks=daemon
 	{"safefs-cache", func(o *safefs.Options) { o.VersionCache = true }},                  // cache=version
+	{"safefs-cache-pt", func(o *safefs.Options) { o.VersionCache, o.Passthrough = true, true }},
 }
 
 // targetNames lists every target in table order.

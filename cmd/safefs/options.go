@@ -408,9 +408,6 @@ func parseMountArgs(args []string) (mountArgs, error) {
 		return a, failf(exitUsage, "mount needs BACKING and MOUNTPOINT, got %d arguments (see safefs mount --help)", len(pos))
 	}
 	a.backing, a.mountpoint = pos[0], pos[1]
-	if a.cfg.fs.VersionCache && a.cfg.fs.Passthrough {
-		return a, failf(exitUsage, "cache=version and passthrough=read cannot be combined")
-	}
 	if a.cfg.fs.VersionCache && a.cfg.cluster.mode != "" {
 		return a, failf(exitUsage, "cache=version is not built for cluster mode yet")
 	}

@@ -53,6 +53,9 @@ func TestParseMountArgs(t *testing.T) {
 		{"locks daemon", "-o locks=daemon b m", func(c *mountConfig) { c.daemonLocks = true }},
 		{"locks kernel", "-o locks=daemon,locks=kernel b m", func(*mountConfig) {}},
 		{"cache version", "-o cache=version b m", func(c *mountConfig) { c.fs.VersionCache = true }},
+		{"cache version passthrough", "-o cache=version,passthrough=read b m", func(c *mountConfig) {
+			c.fs.VersionCache, c.fs.Passthrough = true, true
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,7 +77,7 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o rejected_user_max=M b m", "-o rejected_max=99999999999G b m",
 		"-o rmw b m", "-o rmw= b m", "-o rmw=[x b m", "-o rmw=a:: b m", "-o rmw_hold=0 b m", "-o rmw_wait=soon b m",
 		"-o passthrough b m", "-o passthrough=on b m", "-o locks b m", "-o locks=etcd b m",
-		"-o cache b m", "-o cache=page b m", "-o cache=version,passthrough=read b m",
+		"-o cache b m", "-o cache=page b m",
 		"-o cache=version,cluster=etcd,etcd=http://127.0.0.1:1 b m",
 	} {
 		t.Run(args, func(t *testing.T) {

@@ -216,15 +216,21 @@ func (n *Node) readerMayOpen(tid uint32) bool {
 // readerMoves (f.mu held): n is a reader node of an older version while
 // its readers are open (a direct open there would drop their pages, and
 // its map would fill them with another version's), or a direct node
-// that no writer holds and none opened for readerMoveAfter, or at all if
-// the version is big (its reader will be passed through: ptBig).
+// that no writer holds and none opened for readerMoveAfter, or any
+// direct node if the version is big (its reader will be passed through:
+// ptBig).
 func (n *Node) readerMoves(big bool) bool {
 	f := n.f
 	if n.rl.role == roleReader {
 		return n.rl.cached > 0 && n.rl.ver != f.version
 	}
-	big = big && !f.roles.appended
-	if n.rl.role != roleDirect || n.rl.wrote == 0 || !big && time.Now().UnixNano()-n.rl.wrote < int64(readerMoveAfter) {
+	if n.rl.role != roleDirect || n.rl.wrote == 0 {
+		return false
+	}
+	if big && !f.roles.appended {
+		return true // even while a writer holds n: the reader keeps its version
+	}
+	if time.Now().UnixNano()-n.rl.wrote < int64(readerMoveAfter) {
 		return false
 	}
 	return n.handle(func(h *handle) bool { return h.write }) == nil

@@ -326,15 +326,22 @@ func checkLog(data []byte, procs, runs, nlines int) []string {
 // sees an empty, short, torn (two writers or versions) or corrupt file
 // (contract 1, 5).
 func TestContractRewriteWhileReading(t *testing.T) {
-	m, www, dir := setup(t)
-	file := filepath.Join(dir, "board.dat")
-	RunPerl(t, &www, "rewriter.pl", file, "0", "1")
+	m, www, _ := setup(t)
+	rewriteWhileReading(t, m, &www, 64)
+}
+
+// rewriteWhileReading runs the rewriters and readers of data/board.dat,
+// whose versions are chunks x 4 KiB.
+func rewriteWhileReading(t *testing.T, m *Mount, www *Cred, chunks int) {
+	file := m.Path("data/board.dat")
+	n := strconv.Itoa(chunks)
+	RunPerl(t, www, "rewriter.pl", file, "0", "1", n)
 	stop := filepath.Join(filepath.Dir(m.Backing), "stop-readers")
 
 	var readers []Perl
 	for range readerProcs {
-		readers = append(readers, Perl{Script: "reader.pl", As: &www,
-			Args: []string{file, stop, strconv.Itoa(readerMin)}})
+		readers = append(readers, Perl{Script: "reader.pl", As: www,
+			Args: []string{file, stop, strconv.Itoa(readerMin), n}})
 	}
 	var rOuts []string
 	var wg sync.WaitGroup
@@ -342,8 +349,8 @@ func TestContractRewriteWhileReading(t *testing.T) {
 
 	var writers []Perl
 	for i := range rewriteProcs {
-		writers = append(writers, Perl{Script: "rewriter.pl", As: &www,
-			Args: []string{file, strconv.Itoa(i + 1), strconv.Itoa(rewriteRuns)}})
+		writers = append(writers, Perl{Script: "rewriter.pl", As: www,
+			Args: []string{file, strconv.Itoa(i + 1), strconv.Itoa(rewriteRuns), n}})
 	}
 	wOuts := runAll(t, writers)
 	require.NoError(t, os.WriteFile(stop, nil, 0o644))
@@ -356,7 +363,7 @@ func TestContractRewriteWhileReading(t *testing.T) {
 
 	// The file at rest is one whole version too, the same in BACKING.
 	readBoth(t, m, "data/board.dat")
-	out := RunPerl(t, &www, "reader.pl", file, stop, "1")
+	out := RunPerl(t, www, "reader.pl", file, stop, "1", n)
 	assertNoAnomalies(t, []string{out})
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -103,12 +104,7 @@ func TestVersionCacheAppendsSeen(t *testing.T) {
 // reader keeps its version whole), and the file's later readers read
 // through the page cache, where appends are written in place.
 func TestVersionCachePassthrough(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("passthrough needs root, and CI is set")
-		}
-		t.Skip("passthrough needs root (CAP_SYS_ADMIN)")
-	}
+	requirePassthrough(t)
 	m := New(t, func(o *safefs.Options) { o.VersionCache, o.Passthrough = true, true })
 	p := m.Path("big")
 	const size = 2 << 20
@@ -137,15 +133,29 @@ func TestVersionCachePassthrough(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	sameBytes(t, version('b', size+1), readAllAt(t, r2), "a passed-through reader across an append")
 	want := append(version('b', size+1), "tail\n"...)
+	// The appender's node is direct; a reader is sent on from it once
+	// it has been idle for readerMoveAfter (1 s): not at once, the file
+	// is not passed through any more.
+	time.Sleep(1100 * time.Millisecond)
 	r3, err := os.Open(p)
 	require.NoError(t, err)
 	defer r3.Close()
 	sameBytes(t, want, readAllAt(t, r3), "a reader after the append")
-	assert.Equal(t, int64(2), m.Stats().Passthrough, "a file appended to is read through the page cache")
+	assert.Equal(t, int64(2), m.Stats().Passthrough, "a file appended to was passed through")
 	RequireCached(t, p)
 	got, err := os.ReadFile(m.BackingPath("big"))
 	require.NoError(t, err)
 	sameBytes(t, want, got, "backing")
+}
+
+// TestVersionCachePassthroughRewriteWhileReading: the contract's
+// rewriters and readers (8 and 8 Perl processes) on 1.5 MiB versions,
+// which readers read passed through: every read is one whole version.
+func TestVersionCachePassthroughRewriteWhileReading(t *testing.T) {
+	requirePassthrough(t)
+	m, www, _ := setup(t, func(o *safefs.Options) { o.VersionCache, o.Passthrough = true, true })
+	rewriteWhileReading(t, m, &www, 384)
+	assert.Positive(t, m.Stats().Passthrough, "reads passed through")
 }
 
 // sameBytes compares large contents by length and first difference.
@@ -159,4 +169,17 @@ func sameBytes(t *testing.T, want, got []byte, what string) {
 		i++
 	}
 	t.Errorf("%s: %d bytes, want %d; first difference at %d", what, len(got), len(want), i)
+}
+
+// requirePassthrough skips unless the test runs as root (FUSE
+// passthrough needs CAP_SYS_ADMIN); under CI it fails.
+func requirePassthrough(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("passthrough needs root, and CI is set")
+	}
+	t.Skip("passthrough needs root (CAP_SYS_ADMIN)")
 }

@@ -522,7 +522,7 @@ func (h *handle) deferTrunc(ctx context.Context) bool {
 	if tgid := h.tgidOf(c.Pid); tgid != 0 && tgid != h.tgid {
 		return true
 	}
-	return holdsOpen(c.Pid, h.n.mountPaths())
+	return holdsOpen(c.Pid, h.n.f.ino, h.n.r.mountID())
 }
 
 // openerGoesOn reports whether a close from a process other than the
@@ -538,7 +538,7 @@ func (h *handle) openerGoesOn(ctx context.Context) bool {
 	if tgid := h.tgidOf(c.Pid); tgid == 0 || tgid == h.tgid {
 		return false
 	}
-	return holdsOpen(h.tgid, h.n.mountPaths())
+	return holdsOpen(h.tgid, h.n.f.ino, h.n.r.mountID())
 }
 
 // rank orders a process's handles by how likely its fstat means them:

@@ -165,7 +165,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	r.ids.add(r.top)
 	// Modes arrive from the kernel with the caller's umask applied.
 	unix.Umask(0)
-	// As /proc shows the descriptors of processes: absolute, no symlinks.
+	// As /proc/self/mountinfo shows it: absolute, no symlinks.
 	if r.mountpoint, err = filepath.Abs(mountpoint); err != nil {
 		return nil, err
 	}
@@ -204,7 +204,19 @@ func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) 
 	}
 	closeOnExec()
 	top.r.writesUncache.Store(srv.KernelSettings().Minor >= 35)
+	top.r.noteMountID()
 	return srv, nil
+}
+
+// noteMountID finds the mount's ID for holdsOpen; without it a close
+// never counts as one of several descriptors the process holds.
+func (r *root) noteMountID() {
+	id := mountID(r.mountpoint, "fuse."+mountName)
+	if id == 0 {
+		r.log.Warn("mount not found in /proc/self/mountinfo: a shell's redirection that truncates a file commits at its first close",
+			zap.String("mountpoint", r.mountpoint))
+	}
+	r.mntID.Store(int64(id))
 }
 
 // closeOnExec marks the daemon's /dev/fuse descriptors close-on-exec.
@@ -225,12 +237,15 @@ func closeOnExec() {
 	}
 }
 
+// mountName is the file system type's second part: fuse.safefs.
+const mountName = "safefs"
+
 func (r *root) fuseOptions(backing string) *gofs.Options {
 	zero, entry := time.Duration(0), time.Second
 	mo := fuse.MountOptions{
 		AllowOther:  r.opts.AllowOther,
 		FsName:      backing,
-		Name:        "safefs",
+		Name:        mountName,
 		DirectMount: os.Geteuid() == 0,
 		Options:     []string{"default_permissions", "nosuid", "nodev"},
 		Debug:       r.opts.Debug,

@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -89,22 +88,6 @@ func (o name) rel() string {
 		return o.name
 	}
 	return o.dir.Path(nil) + "/" + o.name
-}
-
-// mountPaths is every path of f through the mount, as /proc shows the
-// descriptors of a process. With cache=version a descriptor of another
-// kernel node of f, whose entry the kernel dropped (roles.go), shows
-// the path with " (deleted)".
-func (n *Node) mountPaths() []string {
-	var out []string
-	for _, o := range n.f.nameList() {
-		p := filepath.Join(n.r.mountpoint, o.rel())
-		if n.r.opts.VersionCache {
-			out = append(out, p+" (deleted)")
-		}
-		out = append(out, p)
-	}
-	return out
 }
 
 func (n *Node) errno(err error) syscall.Errno {

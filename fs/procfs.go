@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,24 +179,98 @@ func readProcFile(path string, line bool) ([]byte, error) {
 	}
 }
 
-// holdsOpen reports whether process pid has a descriptor open on one of
-// paths. The readlink of /proc/<pid>/fd/N does not call into the mount.
-func holdsOpen(pid uint32, paths []string) bool {
-	if pid == 0 || len(paths) == 0 {
+// holdsOpen reports whether process pid has a descriptor open on the
+// file whose inode number is ino through the mount whose ID is mnt:
+// /proc/<pid>/fdinfo/N gives both, whatever name or kernel node the
+// descriptor came through (with cache=version a file has several, and
+// /proc/<pid>/fd shows " (deleted)" after a name's entry was dropped),
+// and reading it does not call into the mount.
+func holdsOpen(pid uint32, ino uint64, mnt int) bool {
+	if pid == 0 || mnt == 0 {
 		return false
 	}
 	return bounded(false, func() bool {
-		dir := fmt.Sprintf("/proc/%d/fd", pid)
-		fds, err := os.ReadDir(dir)
+		dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+		ents, err := os.ReadDir(dir)
 		if err != nil {
 			return false
 		}
-		for _, fd := range fds {
-			target, err := os.Readlink(filepath.Join(dir, fd.Name()))
-			if err == nil && slices.Contains(paths, target) {
+		for _, e := range ents {
+			if m, i, ok := fdIdentity(dir + "/" + e.Name()); ok && m == mnt && i == ino {
 				return true
 			}
 		}
 		return false
 	})
+}
+
+// fdIdentity reads the mount ID and inode number of a descriptor from
+// its fdinfo file.
+func fdIdentity(p string) (mnt int, ino uint64, ok bool) {
+	b, err := readProc(p)
+	if err != nil {
+		return 0, 0, false // closed meanwhile
+	}
+	var seen int
+	for _, l := range strings.SplitN(string(b), "\n", 6) {
+		k, v, _ := strings.Cut(l, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "mnt_id":
+			mnt, err = strconv.Atoi(v)
+		case "ino":
+			ino, err = strconv.ParseUint(v, 10, 64)
+		default:
+			continue
+		}
+		if err != nil {
+			return 0, 0, false
+		}
+		seen++
+	}
+	return mnt, ino, seen == 2
+}
+
+func (r *root) mountID() int { return int(r.mntID.Load()) }
+
+// mountID finds the ID of the mount at mountpoint (of type fstype) in
+// /proc/self/mountinfo, the last one mounted there; 0 if none.
+func mountID(mountpoint, fstype string) int {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return 0
+	}
+	id := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		// "36 35 98:0 /root /mnt rw,noatime master:1 - fuse.safefs src rw"
+		f := strings.Fields(l)
+		sep := slices.Index(f, "-")
+		if len(f) < 5 || sep < 0 || sep+1 >= len(f) || f[sep+1] != fstype || unescapeMount(f[4]) != mountpoint {
+			continue
+		}
+		if n, err := strconv.Atoi(f[0]); err == nil {
+			id = n
+		}
+	}
+	return id
+}
+
+// unescapeMount undoes mountinfo's octal escapes (space, tab, newline,
+// backslash).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var out []byte
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				out = append(out, byte(n))
+				i += 3
+				continue
+			}
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
 }

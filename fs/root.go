@@ -26,6 +26,9 @@ type root struct {
 	// internalPath is for messages: everything in it is reached by fd.
 	internalPath string
 	mountpoint   string // absolute
+	// mntID is the mount's ID, as /proc/<pid>/fdinfo shows it
+	// (holdsOpen); 0 until known.
+	mntID atomic.Int64
 
 	top     *file
 	ids     *ids

@@ -215,14 +215,18 @@ func (n *Node) readerMayOpen(tid uint32) bool {
 
 // readerMoves (f.mu held): n is a reader node of an older version while
 // its readers are open (a direct open there would drop their pages, and
-// its map would fill them with another version's), or a direct node
+// its map would fill them with another version's) or while it has a
+// backing file (roles_pt.go), or a direct node
 // that no writer holds and none opened for readerMoveAfter, or any
 // direct node if the version is big (its reader will be passed through:
 // ptBig).
 func (n *Node) readerMoves(big bool) bool {
 	f := n.f
+	if n.rl.ver != f.version && (n.rl.role == roleReader && n.rl.cached > 0 || n.rl.pt.open > 0) {
+		return true // an open there would map the node's backing, an older version
+	}
 	if n.rl.role == roleReader {
-		return n.rl.cached > 0 && n.rl.ver != f.version
+		return false
 	}
 	if n.rl.role != roleDirect || n.rl.wrote == 0 {
 		return false

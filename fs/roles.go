@@ -287,7 +287,9 @@ func (n *Node) openFlags(ctx context.Context, h *handle) uint32 {
 		}
 		n.rl.directReads++
 		n.opened()
-		n.ptShare(ctx, h)
+		if n.ptShare(ctx, h) {
+			n.r.count.passthroughDirect.Add(1) // its maps are the node's
+		}
 		return fuse.FOPEN_DIRECT_IO
 	}
 	n.opened()

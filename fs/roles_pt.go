@@ -26,13 +26,13 @@ import (
 // in place are appends, a new file's first content and rewrites of
 // hard-linked files; so passthrough is given only to versions of at
 // least ptMinSize (a new file's is empty) with one link, never to a file
-// appended to (appended), and an append while a passed-through reader
+// appended to (appended, while the daemon knows the file), and an append while a passed-through reader
 // holds the committed inode replaces the file instead (appendReplaces):
 // a log read while appended to pays one copy.
 
 // ptMinSize: smaller versions are read through the page cache. A
 // passthrough open costs more than a cached one (64 KiB read whole by
-// Perl: 290-320 us against 250), while the page cache's first read of a
+// Perl: 290-372 us against 233-261), while the page cache's first read of a
 // version goes through the daemon (512 MiB: 1.4 GB/s against 14-18).
 const ptMinSize = 1 << 20
 
@@ -95,14 +95,15 @@ func (n *Node) ptMay(h *handle, st *unix.Stat_t) bool {
 // ptShare makes h's open carry n's backing ID, if n has one (f.mu
 // held): while a passthrough file of the inode is open, an open without
 // it fails.
-func (n *Node) ptShare(ctx context.Context, h *handle) {
+func (n *Node) ptShare(ctx context.Context, h *handle) bool {
 	cancel, ok := replyOf(ctx)
 	if n.rl.pt.id == 0 || !ok {
-		return
+		return false
 	}
 	n.rl.pt.open++
 	h.ptNode = true
 	n.r.pt.ids.Store(cancel, n.rl.pt.id)
+	return true
 }
 
 // replyOf is the key of ctx's request for ptReply.

@@ -95,7 +95,7 @@ func (f *file) identityNow() gofs.StableAttr {
 }
 
 // made records that node n was just made for f: it starts fresh for the
-// version f has now, or direct within retryWindow of a writer's move.
+// version f has now, or direct while a writer sent on is on its way.
 // (Two lookups may each make one; go-fuse keeps one, so both start alike.)
 func (r *root) made(n *Node) {
 	if !r.opts.VersionCache {

@@ -19,7 +19,9 @@ import (
 //   - fresh: looked up, not opened yet;
 //   - reader: only read-only opens of the version it was made for
 //     (nodeRoles.ver) had it: served from the page cache (KEEP_CACHE),
-//     its pages and size are that version's for its whole life;
+//     or with passthrough=read from that version's backing file
+//     (roles_pt.go); its pages and size are that version's for its
+//     whole life;
 //   - direct: a writer opened it, or a reader of a later version: direct
 //     I/O, following versions, as every node is without the option.
 //

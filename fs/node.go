@@ -345,9 +345,10 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 		return nil, n.errno(err)
 	}
 	in := n.nodeFor(ctx, f, &st, out)
-	versionEntry(in, out, n.r.stable(epoch, idle))
+	stable := n.r.stable(epoch, idle)
+	versionEntry(in, out, stable)
 	f.keepSize(out.Size)
-	if n.r.stable(epoch, idle) {
+	if stable {
 		out.SetAttrTimeout(n.r.attrTimeout(f, f.ver()))
 	}
 	return in, 0

@@ -135,7 +135,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if isWrite(flags) && !journalable(n.path()) {
 		return nil, 0, syscall.ENAMETOOLONG
 	}
-	if isWrite(flags) && !n.writerMayOpen(callerTid(ctx)) || !isWrite(flags) && !n.readerMayOpen(callerTid(ctx)) {
+	if tid := callerTid(ctx); isWrite(flags) && !n.writerMayOpen(tid) || !isWrite(flags) && !n.readerMayOpen(tid) {
 		return nil, 0, syscall.ESTALE // the kernel looks the name up again
 	}
 	// A session is waited for before the version is opened, so the

@@ -189,14 +189,24 @@ func holdsOpen(pid uint32, ino uint64, mnt int) bool {
 	if pid == 0 || mnt == 0 {
 		return false
 	}
-	return bounded(false, func() bool {
+	return anyFdinfo(pid, false, func(p string) bool {
+		m, i, ok := fdIdentity(p)
+		return ok && m == mnt && i == ino
+	})
+}
+
+// anyFdinfo reports whether is holds for the /proc/<pid>/fdinfo file of
+// one of process pid's descriptors; def if they cannot be listed, or not
+// in time (bounded).
+func anyFdinfo(pid uint32, def bool, is func(fdinfo string) bool) bool {
+	return bounded(def, func() bool {
 		dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
 		ents, err := os.ReadDir(dir)
 		if err != nil {
-			return false
+			return def
 		}
 		for _, e := range ents {
-			if m, i, ok := fdIdentity(dir + "/" + e.Name()); ok && m == mnt && i == ino {
+			if is(dir + "/" + e.Name()) {
 				return true
 			}
 		}

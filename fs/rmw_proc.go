@@ -1,8 +1,6 @@
 package fs
 
 import (
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -105,19 +103,7 @@ func cmdline(pid uint32) string {
 // owns. Read only for a learning candidate, never per open. Unknown
 // counts as holding one (nothing is learned).
 func holdsLock(pid uint32) bool {
-	return bounded(true, func() bool {
-		dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return true
-		}
-		for _, e := range ents {
-			if fdHoldsLock(dir + "/" + e.Name()) {
-				return true
-			}
-		}
-		return false
-	})
+	return anyFdinfo(pid, true, fdHoldsLock)
 }
 
 func fdHoldsLock(p string) bool {

@@ -46,14 +46,14 @@ type roles struct {
 	// current is the last node of the current generation an open
 	// reached, nil once forgotten.
 	current *Node
-	// writers: threads whose write open was sent on, and when (ns).
-	// Until each one's retry arrives (or retryWindow passed), nodes
-	// start direct: other opens may move the file on meanwhile, and its
-	// retry must not meet cached readers again.
-	writers map[uint32]int64
-	// sent: when each thread was last sent on (ns): a reader's retry is
+	// writers: threads whose write open was sent on, and when. Until
+	// each one's retry arrives (or retryWindow passed), nodes start
+	// direct: other opens may move the file on meanwhile, and its retry
+	// must not meet cached readers again.
+	writers threadTimes
+	// sent: when each thread was last sent on: a reader's retry is
 	// never sent on again.
-	sent map[uint32]int64
+	sent threadTimes
 	// moving: an open was sent to a new node and has not reached it. The
 	// kernel may forget that node between the two lookups of its retry;
 	// the file must stay in the tables (else the retry meets a new
@@ -78,6 +78,27 @@ type nodeRoles struct {
 	directReads int
 	wrote       int64 // when a writer last opened it (ns), 0: never
 	pt          ptNode
+}
+
+// threadTimes is when each thread was sent on (ns).
+type threadTimes map[uint32]int64
+
+// note records that thread tid was sent on at now.
+func (m *threadTimes) note(tid uint32, now int64) {
+	if *m == nil {
+		*m = threadTimes{}
+	}
+	(*m)[tid] = now
+}
+
+// prune forgets the threads sent on retryWindow ago or more: their
+// retries are over.
+func (m threadTimes) prune(now int64) {
+	for t, at := range m {
+		if now-at >= int64(retryWindow) {
+			delete(m, t)
+		}
+	}
 }
 
 // readerMoveAfter is how long after its last writer's open a direct
@@ -155,10 +176,7 @@ func (n *Node) writerMayOpen(tid uint32) bool {
 	defer f.mu.Unlock()
 	if n.rl.cached > 0 || n.rl.pt.open > 0 {
 		f.moveOn(n.r)
-		if f.roles.writers == nil {
-			f.roles.writers = map[uint32]int64{}
-		}
-		f.roles.writers[tid] = time.Now().UnixNano()
+		f.roles.writers.note(tid, time.Now().UnixNano())
 		n.r.log.Debug("cache: a writer moves to a node of its own", zap.Uint64("ino", f.ino), zap.Uint64("gen", f.roles.kgen))
 		return false
 	}
@@ -178,11 +196,7 @@ func (n *Node) writerCame(tid uint32) {
 // writerPending reports whether a writer sent on may still be on its
 // way to its node (f.mu held); forgets those past retryWindow.
 func (f *file) writerPending(now int64) bool {
-	for t, at := range f.roles.writers {
-		if now-at >= int64(retryWindow) {
-			delete(f.roles.writers, t)
-		}
-	}
+	f.roles.writers.prune(now)
 	return len(f.roles.writers) > 0
 }
 
@@ -201,15 +215,8 @@ func (n *Node) readerMayOpen(tid uint32) bool {
 	if !n.readerMoves(big) || now-f.roles.sent[tid] < int64(retryWindow) {
 		return true
 	}
-	for t, at := range f.roles.sent {
-		if now-at >= int64(retryWindow) {
-			delete(f.roles.sent, t)
-		}
-	}
-	if f.roles.sent == nil {
-		f.roles.sent = map[uint32]int64{}
-	}
-	f.roles.sent[tid] = now
+	f.roles.sent.prune(now)
+	f.roles.sent.note(tid, now)
 	f.moveOn(n.r)
 	n.r.log.Debug("cache: a reader moves to a node of its own", zap.Uint64("ino", f.ino), zap.Uint64("gen", f.roles.kgen))
 	return false
@@ -218,17 +225,13 @@ func (n *Node) readerMayOpen(tid uint32) bool {
 // readerMoves (f.mu held): n is a reader node of an older version while
 // its readers are open (a direct open there would drop their pages, and
 // its map would fill them with another version's) or while it has a
-// backing file (roles_pt.go), or a direct node
-// that no writer holds and none opened for readerMoveAfter, or any
-// direct node if the version is big (its reader will be passed through:
-// ptBig).
+// backing file (roles_pt.go), or a direct node that no writer holds and
+// none opened for readerMoveAfter, or any direct node if the version is
+// big (its reader will be passed through: ptBig).
 func (n *Node) readerMoves(big bool) bool {
 	f := n.f
 	if n.rl.ver != f.version && (n.rl.role == roleReader && n.rl.cached > 0 || n.rl.pt.open > 0) {
 		return true // an open there would map the node's backing, an older version
-	}
-	if n.rl.role == roleReader {
-		return false
 	}
 	if n.rl.role != roleDirect || n.rl.wrote == 0 {
 		return false

@@ -42,11 +42,18 @@ const ptMinSize = 1 << 20
 // through the daemon (3 GB/s), passed through from the backing file's
 // page cache (14-18 GB/s); the move costs a lookup and an open.
 func (n *Node) ptBig() bool {
-	if !n.r.opts.Passthrough || n.r.pt.off.Load() {
-		return false
+	if !n.r.opts.Passthrough || n.r.pt.off.Load() || !n.isDirect() {
+		return false // only a direct node's readers ask (readerMoves)
 	}
 	st, err := n.stat()
 	return err == nil && st.Size >= ptMinSize && st.Nlink == 1
+}
+
+// isDirect reports whether n is a direct node now.
+func (n *Node) isDirect() bool {
+	n.f.mu.Lock()
+	defer n.f.mu.Unlock()
+	return n.rl.role == roleDirect
 }
 
 // ptNode is a node's passthrough state (under its file's mu).

@@ -69,7 +69,7 @@ var mountOptions = []mountOption{
 		set:  setPassthrough},
 	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, not by the kernel per inode (in cluster mode they always are, in etcd)",
 		show: locksName, set: setLocks},
-	{name: "cache", value: "direct|version", help: "version (experimental): readers alone on a file's version read it through the kernel's page cache, on a kernel inode of that version; writers stay direct (implies locks=daemon; not with passthrough=read nor in cluster mode)",
+	{name: "cache", value: "direct|version", help: "version (experimental): readers alone on a file's version read it through the kernel's page cache, on a kernel inode of that version; writers stay direct; with passthrough=read, readers of versions of 1 MiB or more read the version's backing file (implies locks=daemon; not in cluster mode)",
 		show: func(c mountConfig) string { return cacheName(c.fs.VersionCache) },
 		set:  setCache},
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
@@ -422,7 +422,7 @@ func passthroughName(on bool) string {
 	return "off"
 }
 
-// setPassthrough parses passthrough=off|read.
+// setCache parses cache=direct|version.
 func setCache(c *mountConfig, v string) error {
 	switch v {
 	case "direct", "version":
@@ -455,6 +455,7 @@ func locksName(c mountConfig) string {
 	return "kernel"
 }
 
+// setPassthrough parses passthrough=off|read.
 func setPassthrough(c *mountConfig, v string) error {
 	switch v {
 	case "off":

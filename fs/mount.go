@@ -211,7 +211,7 @@ func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) 
 // noteMountID finds the mount's ID for holdsOpen; without it a close
 // never counts as one of several descriptors the process holds.
 func (r *root) noteMountID() {
-	id := mountID(r.mountpoint, "fuse."+mountName)
+	id, _, _ := SafefsMount(r.mountpoint)
 	if id == 0 {
 		r.log.Warn("mount not found in /proc/self/mountinfo: a shell's redirection that truncates a file commits at its first close",
 			zap.String("mountpoint", r.mountpoint))

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -243,26 +242,34 @@ func fdIdentity(p string) (mnt int, ino uint64, ok bool) {
 
 func (r *root) mountID() int { return int(r.mntID.Load()) }
 
-// mountID finds the ID of the mount at mountpoint (of type fstype) in
-// /proc/self/mountinfo, the last one mounted there; 0 if none.
-func mountID(mountpoint, fstype string) int {
+// SafefsMount finds the safefs mount at mountpoint in
+// /proc/self/mountinfo: its mount ID and its source (BACKING).
+func SafefsMount(mountpoint string) (id int, source string, found bool) {
+	return mountEntry(mountpoint, "fuse."+mountName)
+}
+
+// mountEntry finds the mount of type fstype at mountpoint in
+// /proc/self/mountinfo, the last one mounted there (it is on top).
+func mountEntry(mountpoint, fstype string) (id int, source string, found bool) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return 0
+		return 0, "", false
 	}
-	id := 0
-	for _, l := range strings.Split(string(b), "\n") {
-		// "36 35 98:0 /root /mnt rw,noatime master:1 - fuse.safefs src rw"
-		f := strings.Fields(l)
-		sep := slices.Index(f, "-")
-		if len(f) < 5 || sep < 0 || sep+1 >= len(f) || f[sep+1] != fstype || unescapeMount(f[4]) != mountpoint {
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 2 || g[0] != fstype || unescapeMount(f[4]) != mountpoint {
 			continue
 		}
 		if n, err := strconv.Atoi(f[0]); err == nil {
-			id = n
+			id, source, found = n, unescapeMount(g[1]), true
 		}
 	}
-	return id
+	return id, source, found
 }
 
 // unescapeMount undoes mountinfo's octal escapes (space, tab, newline,

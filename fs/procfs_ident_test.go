@@ -37,9 +37,14 @@ func TestFdIdentity(t *testing.T) {
 func TestMountID(t *testing.T) {
 	var sx unix.Statx_t
 	require.NoError(t, unix.Statx(unix.AT_FDCWD, "/proc", 0, unix.STATX_MNT_ID, &sx))
-	assert.Equal(t, int(sx.Mnt_id), mountID("/proc", "proc"))
-	assert.Zero(t, mountID("/proc", "ext4"), "another type")
-	assert.Zero(t, mountID("/nowhere", "proc"))
+	id, src, ok := mountEntry("/proc", "proc")
+	assert.True(t, ok)
+	assert.Equal(t, int(sx.Mnt_id), id)
+	assert.Equal(t, "proc", src)
+	_, _, ok = mountEntry("/proc", "ext4")
+	assert.False(t, ok, "another type")
+	_, _, ok = mountEntry("/nowhere", "proc")
+	assert.False(t, ok)
 }
 
 func TestUnescapeMount(t *testing.T) {

@@ -160,7 +160,7 @@ func askStatus(target string) (*fs.Status, error) {
 		return nil, failf(exitUsage, "%s: %v", target, err)
 	}
 	backing, mnt := abs, ""
-	if src, ok := safefsSource(abs); ok {
+	if _, src, ok := fs.SafefsMount(abs); ok {
 		backing, mnt = src, abs
 	}
 	p := statusSockPath(backing)
@@ -247,53 +247,4 @@ func dialError(target, p string, err error) error {
 		return failf(exitNotSafefs, "%s: no safefs daemon answers on %s (it exited?)", target, p)
 	}
 	return failf(exitNotSafefs, "%s: %v", target, err)
-}
-
-// safefsSource returns the source (BACKING) of the fuse.safefs mount at
-// mnt, from /proc/self/mountinfo.
-func safefsSource(mnt string) (string, bool) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", false
-	}
-	src, found := "", false
-	for _, line := range strings.Split(string(b), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 2 || g[0] != "fuse.safefs" || unescapeMount(f[4]) != mnt {
-			continue
-		}
-		src, found = unescapeMount(g[1]), true // the last one is on top
-	}
-	return src, found
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1:i+4]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '7' {
-			return false
-		}
-	}
-	return len(s) == 3
 }

@@ -153,7 +153,9 @@ func TestAdvDaemonFdExhaustion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		if _, ok := advMounted(t, p.Dir); ok {
+		// Mounted, and past its start-up (the kill-check self-test needs
+		// descriptors too): it logs "mounted" when it serves.
+		if _, ok := advMounted(t, p.Dir); ok && strings.Contains(logs.String(), "\tmounted\t") {
 			break
 		}
 		select {

@@ -200,7 +200,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 	// commit is made and a failure could only be reported, not undone.
 	syncDir := -1
 	if r.opts.Durable {
-		if err := r.jr.SyncEnds(); err != nil {
+		if err := r.syncLazy(); err != nil {
 			return err
 		}
 		if syncDir, err = unix.Openat(v.dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
@@ -291,6 +291,7 @@ func (h *handle) commitInPlace(g grant, v named) error {
 		return err
 	}
 	r.crash("inplace-undo-saved")
+	r.checkpoint() // no redo record may outlive a write in place (redo.go)
 	e, err := r.jr.Begin(journal.Record{Kind: journal.InPlace, Target: h.n.path(), Dev: uint64(st.Dev), Ino: st.Ino,
 		Undo: undoNm, UndoSize: st.Size, UndoCRC: crc, Rev: g.Token()})
 	if err != nil {
@@ -393,6 +394,10 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 		// appends by them (journal settleAppend).
 		rec.Staging = h.stageNm
 	}
+	if h.redo(n) {
+		rec.Data = h.buf
+	}
+	at := crashKind(rec)
 	e, err := r.jr.Begin(rec)
 	if err != nil {
 		return false, err
@@ -400,16 +405,21 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	if err := h.dropSetID(target, &st); err != nil {
 		return false, h.undoAppend(e, fd, st.Size, err)
 	}
-	r.crash("append-begun")
+	r.crash(at + "-begun")
 	if err := g.fence(""); err != nil {
 		// Not ours any more: another daemon may be appending now, so
 		// the file is left alone (no cut back).
 		_ = e.Abort()
 		return false, err
 	}
-	err = h.writeAppend(target, st.Size, n, g)
+	err = h.writeAppend(target, st.Size, n, g, at)
 	if err == nil {
-		r.crash("append-written")
+		r.crash(at + "-written")
+		if rec.Redo() {
+			// Committed: the record is durable with the bytes.
+			h.discard()
+			return onBase, r.redoQueued(keyOf(&st), fd, e, int(n))
+		}
 		if r.opts.Durable {
 			err = unix.Fdatasync(fd)
 		}
@@ -503,14 +513,14 @@ func (h *handle) pendingAppend() (int64, uint32, error) {
 // writeAppend writes the n pending bytes at the end of target (at size).
 // Buffered bytes (at most appendBufMax) are written under f.inPlace, so
 // readers through the mount see all of them or none.
-func (h *handle) writeAppend(target *os.File, size, n int64, g grant) error {
+func (h *handle) writeAppend(target *os.File, size, n int64, g grant, at string) error {
 	if h.stage == nil {
 		h.n.f.inPlace.Lock()
 		defer h.n.f.inPlace.Unlock()
 	}
-	if h.n.r.crashAt == "append-half" || h.n.r.atPoint.Load() != nil {
+	if h.n.r.crashAt == at+"-half" || h.n.r.atPoint.Load() != nil {
 		_ = h.copyAppendPart(target, size, 0, n/2)
-		h.n.r.crash("append-half")
+		h.n.r.crash(at + "-half")
 	}
 	return h.copyAppend(target, size, n, g)
 }

@@ -309,6 +309,7 @@ func (s *Server) release() {
 		r.pool.close()
 		r.rmwStop()
 		r.logStats()
+		r.checkpoint() // so that the journal closes empty
 		if err := r.jr.Close(); err != nil {
 			r.log.Warn("journal close", zap.Error(err))
 		}

@@ -122,11 +122,9 @@ func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
 	// An append record ended lazily names a path this may change: it
 	// must be durable first, or recovery could find it open and its
 	// path another file (see CommitLazy).
-	if n.r.opts.Durable {
-		if err := n.r.jr.SyncEnds(); err != nil {
-			g.Release()
-			return nil, err
-		}
+	if err := n.r.syncLazy(); err != nil {
+		g.Release()
+		return nil, err
 	}
 	return g.Release, nil
 }

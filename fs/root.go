@@ -6,6 +6,7 @@ import (
 	"path"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -54,6 +55,8 @@ type root struct {
 	rmw        *rmwState // nil: read-modify-write sessions off
 	pool       *stagingPool
 	appendBufs appendBuffers // pending appends kept in memory (appendbuf.go)
+	redo       redoLog       // redo records awaiting their checkpoint (redo.go)
+	ckMu       sync.Mutex    // one checkpoint at a time
 	book       lockBook      // script locks held through this daemon (locks.go)
 	pt         ptRoot        // passthrough (passthrough.go)
 	// writesUncache: the kernel drops an inode's cached size and times
@@ -98,6 +101,8 @@ var CrashPoints = []string{
 	"replace-before-rename", "replace-after-rename", "replace-dir-synced",
 	"inplace-undo-saved", "inplace-begun", "inplace-truncated", "inplace-written", "inplace-ended",
 	"append-begun", "append-half", "append-written", "append-synced", "append-ended",
+	// A redo append's (redo.go): synced and ended at its checkpoint.
+	"redo-begun", "redo-half", "redo-written", "redo-synced", "redo-ended",
 }
 
 // dropTemp closes and removes a staging or undo file (one without a

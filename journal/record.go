@@ -57,6 +57,10 @@ type Record struct {
 	Undo      string `json:"undo,omitempty"`
 	UndoSize  int64  `json:"undo_size,omitempty"`
 	UndoCRC   uint32 `json:"undo_crc,omitempty"`
+	// Data is a small append's bytes (a redo record, README "Crash
+	// consistency"): durable with the record, so the appended bytes
+	// need no fsync of their own and recovery writes them again.
+	Data []byte `json:"data,omitempty"`
 	// Rev is the commit lock's fencing token (cluster: the etcd lock
 	// key's revision), for the operator: which grant made the commit.
 	Rev int64 `json:"rev,omitempty"`
@@ -86,9 +90,30 @@ func (r Record) validAppend() error {
 	if r.OldSize < 0 || r.Len < 0 || r.OldSize > maxInt64-r.Len {
 		return errors.New("append with bad size")
 	}
+	if r.Redo() {
+		return r.validRedo()
+	}
 	if r.Staging != "" {
 		// Its pending bytes (cluster: see settleAppend).
 		return validName("staging", r.Staging)
+	}
+	return nil
+}
+
+// Redo reports whether r is a redo record: an append carrying its bytes.
+func (r Record) Redo() bool { return r.Kind == Append && len(r.Data) > 0 }
+
+// MaxRedo bounds the bytes a redo record carries.
+const MaxRedo = 64 << 10
+
+func (r Record) validRedo() error {
+	switch {
+	case r.Staging != "":
+		return errors.New("append with both data and staging")
+	case len(r.Data) > MaxRedo || int64(len(r.Data)) != r.Len:
+		return errors.New("append data of bad length")
+	case Checksum(r.Data) != r.CRC:
+		return errors.New("append data does not match its CRC")
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"reflect"
 	"slices"
 
 	"go.uber.org/zap"
@@ -80,7 +81,7 @@ func (s *scanned) add(log *zap.Logger, n int, b []byte) {
 		return
 	}
 	if l.End != nil {
-		if l.Record != (Record{}) {
+		if !reflect.ValueOf(l.Record).IsZero() {
 			s.refuse(log, n, "end line with record fields", nil)
 			return
 		}
@@ -109,11 +110,12 @@ func (s *scanned) add(log *zap.Logger, n int, b []byte) {
 
 // supersede drops the open append and inplace records of target when a
 // later record for it comes: commits to one path are serialized, so the
-// later one began after the earlier was settled.
+// later one began after the earlier was settled. Not a redo record: its
+// bytes need not be durable in the target yet (they are redone in order).
 func (s *scanned) supersede(log *zap.Logger, target string) {
 	var keep []uint64
 	for _, id := range s.byTarget[target] {
-		if rec := s.open[id]; rec.Kind == Replace {
+		if rec := s.open[id]; rec.Kind == Replace || rec.Redo() {
 			keep = append(keep, id)
 		} else {
 			delete(s.open, id)

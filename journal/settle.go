@@ -60,6 +60,10 @@ func (r *recovery) settleAppend(rec Record) {
 		return
 	}
 	defer f.Close()
+	if rec.Redo() {
+		r.redoAppend(rec, f, size)
+		return
+	}
 	if size == rec.OldSize+rec.Len {
 		sum, err := CRC(f, rec.OldSize, rec.Len)
 		if err != nil {
@@ -87,6 +91,29 @@ func (r *recovery) settleAppend(rec Record) {
 		return
 	}
 	r.done(rec, f, &r.sum.RolledBack, "append rolled back")
+}
+
+// redoAppend settles a redo record: it was committed when it became
+// durable, its bytes perhaps not yet, so they are written again (the
+// same bytes at the same place: repeating it changes nothing). Bytes
+// past them are later appends' and stay. A file shorter than before the
+// append was cut outside safefs: it is left alone.
+func (r *recovery) redoAppend(rec Record, f *os.File, size int64) {
+	if size < rec.OldSize {
+		r.refuse(rec, "append: the file is shorter than before it; not redone", nil)
+		return
+	}
+	if size >= rec.OldSize+rec.Len {
+		if sum, err := CRC(f, rec.OldSize, rec.Len); err == nil && sum == rec.CRC {
+			r.done(rec, f, &r.sum.Completed, "append complete")
+			return
+		}
+	}
+	if _, err := f.WriteAt(rec.Data, rec.OldSize); err != nil {
+		r.refuse(rec, "cannot redo append", err)
+		return
+	}
+	r.done(rec, f, &r.sum.Completed, "append redone")
 }
 
 // ownBytes reports whether everything past the append's old size is a

@@ -205,6 +205,8 @@ func crashCaseFor(kind string) (crashCase, bool) {
 			old: testVersion("old", 1000), new: testVersion("new", 4000)}, true
 	case "append":
 		return crashCase{mode: "append", name: "app.log", old: testVersion("old", 100), new: testVersion("app", 4000)}, true
+	case "redo": // a small durable append: a redo record (fs/redo.go)
+		return crashCase{mode: "append", name: "app.log", old: testVersion("old", 100), new: testVersion("app", 60)}, true
 	}
 	return crashCase{}, false
 }
@@ -222,6 +224,9 @@ func TestCrashRecovery(t *testing.T) {
 	requireTool(t, "perl")
 	require.NotEmpty(t, fs.CrashPoints)
 	for _, point := range fs.CrashPoints {
+		if slices.Contains(redoCrashPoints(), point) {
+			continue // TestCrashRedo: their close returns before the checkpoint
+		}
 		t.Run(point, func(t *testing.T) { testCrashPoint(t, point) })
 	}
 }

@@ -15,7 +15,7 @@ package main
 // strace is detached before the follow-up commit. The order of calls was
 // read off a plain `strace -f` of the daemon: a replace commit fsyncs the
 // staging file, renames with renameat2, then fsyncs the directory (no
-// journal record); an append fsyncs its journal record, copies with
+// journal record); an append syncs its journal record (fdatasync), copies with
 // copy_file_range and fdatasyncs the target (its end line is not synced); an in-place commit copies the old bytes to undo/
 // (copy_file_range unless the file system clones), fsyncs it, rewrites
 // the target and fsyncs it. Files are opened with openat2; staging files
@@ -226,17 +226,17 @@ func faultCases() []faultCase {
 				trace: "pwrite64", injects: []string{in("pwrite64")}, errno: e.errno},
 			faultCase{name: "append/copy_file_range/" + e.name, kind: "append", mode: "append", step: "close",
 				trace: "copy_file_range", injects: []string{in("copy_file_range")}, errno: e.errno},
-			// The record is fsynced before the target changes.
+			// The record is synced (fdatasync) before the target changes.
 			faultCase{name: "append/fsync-journal/" + e.name, kind: "append", mode: "append", step: "close",
-				trace: "fsync", paths: []string{".safefs/journal"}, injects: []string{in("fsync")}, errno: e.errno,
+				trace: "fdatasync", paths: []string{".safefs/journal"}, injects: []string{in("fdatasync")}, errno: e.errno,
 				logWant: "/.safefs/journal: "},
 			faultCase{name: "append/fdatasync/" + e.name, kind: "append", mode: "append", step: "close",
-				trace: "fdatasync", injects: []string{in("fdatasync")}, errno: e.errno},
+				trace: "fdatasync", paths: []string{"f"}, injects: []string{in("fdatasync")}, errno: e.errno},
 			// A pending append has no name: kept in rejected/ by linkat of
 			// its descriptor, or copied where linkat is refused (EPERM
 			// for a daemon without CAP_DAC_READ_SEARCH).
 			faultCase{name: "append/fdatasync-linkat-refused/" + e.name, kind: "append", mode: "append", step: "close",
-				trace: "fdatasync,linkat", injects: []string{in("fdatasync"), "linkat:error=EPERM"}, errno: e.errno},
+				trace: "fdatasync,linkat", paths: []string{"f", ".safefs/rejected"}, injects: []string{in("fdatasync"), "linkat:error=EPERM"}, errno: e.errno},
 			// The target is looked at by a stat of its name (the append
 			// writes through the handle's own descriptor), then, if that
 			// fails, opened O_PATH: both fail.

@@ -395,7 +395,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 		rec.Staging = h.stageNm
 	}
 	if h.redo(n) {
-		rec.Data = h.buf
+		rec.Kind, rec.Data = journal.RedoAppend, h.buf
 	}
 	at := crashKind(rec)
 	e, err := r.jr.Begin(rec)

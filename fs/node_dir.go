@@ -119,9 +119,10 @@ func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
 	if err != nil {
 		return nil, lockErrno(err)
 	}
-	// An append record ended lazily names a path this may change: it
-	// must be durable first, or recovery could find it open and its
-	// path another file (see CommitLazy).
+	// An append record ended lazily, or a redo record not yet
+	// checkpointed, names a path this may change: it must be settled
+	// first, or recovery could find it open and its path another file
+	// (see CommitLazy, redo.go).
 	if err := n.r.syncLazy(); err != nil {
 		g.Release()
 		return nil, err

@@ -35,6 +35,7 @@ func TestRedoCheckpoint(t *testing.T) {
 	jpath := filepath.Join(backing, InternalDir, "journal")
 	j, err := os.ReadFile(jpath)
 	require.NoError(t, err)
+	assert.Contains(t, string(j), `"kind":"redo"`, "a redo record")
 	assert.Contains(t, string(j), `"data":"dHdvCg=="`, "the record carries the bytes (base64 of two\\n)")
 	require.Eventually(t, func() bool { return !r.redo.pending() }, 5*redoDelay, 10*time.Millisecond,
 		"no checkpoint within %v", 5*redoDelay)

@@ -37,7 +37,11 @@ type Kind string
 const (
 	Replace Kind = "replace" // rename of a staging file over the target
 	Append  Kind = "append"  // bytes appended to the target in place
-	InPlace Kind = "inplace" // target overwritten in place, old bytes in undo
+	// RedoAppend is an append whose record carries its bytes (Data): a
+	// kind of its own, so that a recovery that does not know it refuses
+	// the record instead of cutting the committed bytes back.
+	RedoAppend Kind = "redo"
+	InPlace    Kind = "inplace" // target overwritten in place, old bytes in undo
 )
 
 // Record is the journal line written before a commit touches its target.
@@ -77,6 +81,11 @@ func (r Record) Validate() error {
 		return validName("staging", r.Staging)
 	case Append:
 		return r.validAppend()
+	case RedoAppend:
+		if err := r.validAppend(); err != nil {
+			return err
+		}
+		return r.validRedo()
 	case InPlace:
 		return r.validInPlace()
 	}
@@ -90,9 +99,6 @@ func (r Record) validAppend() error {
 	if r.OldSize < 0 || r.Len < 0 || r.OldSize > maxInt64-r.Len {
 		return errors.New("append with bad size")
 	}
-	if r.Redo() {
-		return r.validRedo()
-	}
 	if r.Staging != "" {
 		// Its pending bytes (cluster: see settleAppend).
 		return validName("staging", r.Staging)
@@ -101,7 +107,7 @@ func (r Record) validAppend() error {
 }
 
 // Redo reports whether r is a redo record: an append carrying its bytes.
-func (r Record) Redo() bool { return r.Kind == Append && len(r.Data) > 0 }
+func (r Record) Redo() bool { return r.Kind == RedoAppend }
 
 // MaxRedo bounds the bytes a redo record carries.
 const MaxRedo = 64 << 10
@@ -109,8 +115,8 @@ const MaxRedo = 64 << 10
 func (r Record) validRedo() error {
 	switch {
 	case r.Staging != "":
-		return errors.New("append with both data and staging")
-	case len(r.Data) > MaxRedo || int64(len(r.Data)) != r.Len:
+		return errors.New("redo append with a staging file")
+	case len(r.Data) == 0 || len(r.Data) > MaxRedo || int64(len(r.Data)) != r.Len:
 		return errors.New("append data of bad length")
 	case Checksum(r.Data) != r.CRC:
 		return errors.New("append data does not match its CRC")

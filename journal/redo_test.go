@@ -11,7 +11,7 @@ import (
 // redoRec is appendRec carrying its bytes: a redo record.
 func (e *env) redoRec(rel, data string) Record {
 	r := e.appendRec(rel, data)
-	r.Data = []byte(data)
+	r.Kind, r.Data = RedoAppend, []byte(data)
 	return r
 }
 
@@ -76,6 +76,7 @@ func TestRedoRecordValidation(t *testing.T) {
 		"length":  func(r *Record) { r.Len++ },
 		"crc":     func(r *Record) { r.CRC++ },
 		"staging": func(r *Record) { r.Staging = "s1" },
+		"no data": func(r *Record) { r.Data, r.Len, r.CRC = nil, 0, crc32c(nil) },
 		"size": func(r *Record) {
 			r.Data = []byte(strings.Repeat("x", MaxRedo+1))
 			r.Len, r.CRC = int64(len(r.Data)), crc32c(r.Data)

@@ -16,7 +16,7 @@ func (r *recovery) settle(rec Record) error {
 	switch rec.Kind {
 	case Replace:
 		return r.settleReplace(rec)
-	case Append:
+	case Append, RedoAppend:
 		r.settleAppend(rec)
 		return nil
 	case InPlace:

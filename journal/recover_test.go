@@ -43,29 +43,37 @@ func TestRecoverReplace(t *testing.T) {
 	assert.Equal(t, "new b", e.read("data/b"))
 }
 
-func TestRecoverAppend(t *testing.T) {
-	cases := []struct {
-		name    string
-		written string // what reached the file of the append of "WORLD"
-		want    string
-		sum     Summary
-	}{
-		{"complete", "WORLD", "hello WORLD", Summary{Records: 1, Completed: 1}},
-		{"partial", "WOR", "hello ", Summary{Records: 1, RolledBack: 1}},
-		{"same length, wrong bytes", "W\x00RLD", "hello ", Summary{Records: 1, RolledBack: 1}},
-		{"longer garbage", "WORLD and more", "hello ", Summary{Records: 1, RolledBack: 1}},
-		{"nothing", "", "hello ", Summary{Records: 1, RolledBack: 1}},
-	}
+// appendCase is what reached the file of a cut-off append of "WORLD" to
+// "hello ", and what recovery must leave.
+type appendCase struct {
+	name    string
+	written string
+	want    string
+	sum     Summary
+}
+
+// recoverAppendCases runs each case with the record rec makes.
+func recoverAppendCases(t *testing.T, rec func(e *env, rel, data string) Record, cases []appendCase) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.write("log", "hello ")
-			e.begin(e.appendRec("log", "WORLD"))
+			e.begin(rec(e, "log", "WORLD"))
 			e.write("log", "hello "+c.written) // same inode: WriteFile truncates in place
 			assert.Equal(t, c.sum, e.recoverTwice())
 			assert.Equal(t, c.want, e.read("log"))
 		})
 	}
+}
+
+func TestRecoverAppend(t *testing.T) {
+	recoverAppendCases(t, (*env).appendRec, []appendCase{
+		{"complete", "WORLD", "hello WORLD", Summary{Records: 1, Completed: 1}},
+		{"partial", "WOR", "hello ", Summary{Records: 1, RolledBack: 1}},
+		{"same length, wrong bytes", "W\x00RLD", "hello ", Summary{Records: 1, RolledBack: 1}},
+		{"longer garbage", "WORLD and more", "hello ", Summary{Records: 1, RolledBack: 1}},
+		{"nothing", "", "hello ", Summary{Records: 1, RolledBack: 1}},
+	})
 }
 
 func TestRecoverAppendNeverBelowOldSize(t *testing.T) {

@@ -18,29 +18,14 @@ func (e *env) redoRec(rel, data string) Record {
 // A redo record was committed when it became durable: whatever reached
 // the file, recovery leaves the append whole, and bytes after it alone.
 func TestRecoverRedo(t *testing.T) {
-	cases := []struct {
-		name    string
-		written string // what reached the file of the append of "WORLD"
-		want    string
-		sum     Summary
-	}{
+	recoverAppendCases(t, (*env).redoRec, []appendCase{
 		{"complete", "WORLD", "hello WORLD", Summary{Records: 1, Completed: 1}},
 		{"nothing", "", "hello WORLD", Summary{Records: 1, Completed: 1}},
 		{"partial", "WOR", "hello WORLD", Summary{Records: 1, Completed: 1}},
 		{"zeros", "\x00\x00\x00\x00\x00", "hello WORLD", Summary{Records: 1, Completed: 1}},
 		{"and a later append", "WORLD!!", "hello WORLD!!", Summary{Records: 1, Completed: 1}},
 		{"torn, later bytes", "W\x00RLD!!", "hello WORLD!!", Summary{Records: 1, Completed: 1}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.write("log", "hello ")
-			e.begin(e.redoRec("log", "WORLD"))
-			e.write("log", "hello "+c.written)
-			assert.Equal(t, c.sum, e.recoverTwice())
-			assert.Equal(t, c.want, e.read("log"))
-		})
-	}
+	})
 }
 
 // Redo records of one file are all redone, in order: a later record does

@@ -19,6 +19,9 @@ func (r *recovery) settle(rec Record) error {
 	case Append, RedoAppend:
 		r.settleAppend(rec)
 		return nil
+	case RedoReplace:
+		r.settleRewrite(rec)
+		return nil
 	case InPlace:
 		return r.settleInPlace(rec)
 	}
@@ -60,7 +63,7 @@ func (r *recovery) settleAppend(rec Record) {
 		return
 	}
 	defer f.Close()
-	if rec.Redo() {
+	if rec.Kind == RedoAppend {
 		r.redoAppend(rec, f, size)
 		return
 	}

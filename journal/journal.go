@@ -342,10 +342,13 @@ func (j *Journal) syncFile() error {
 	f, ends := j.f, j.lazyEnds
 	j.syncing.RLock()
 	j.mu.Unlock()
-	defer j.syncing.RUnlock()
 	// fdatasync: the size a new line needs is synced with it; the
 	// journal's times are of no use to recovery.
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	err := unix.Fdatasync(int(f.Fd()))
+	// Released before j.mu is taken again: compaction holds j.mu while
+	// it waits for syncs in progress to end.
+	j.syncing.RUnlock()
+	if err != nil {
 		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
 	}
 	j.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -290,4 +291,41 @@ func TestCRCSparse(t *testing.T) {
 	require.NoError(t, sparse.Truncate(1<<40))
 	_, err = CRC(sparse, 0, 1<<40) // a hang here is the failure
 	require.NoError(t, err)
+}
+
+// Compaction while durable commits sync: a sync that finished must not
+// wait for the journal's lock while holding what compaction waits for
+// (it deadlocked once redo records made compactions frequent).
+func TestConcurrentCommitsWhileCompacting(t *testing.T) {
+	old := CompactAt
+	CompactAt = 2048 // a compaction every few records
+	defer func() { CompactAt = old }()
+	e := newEnv(t)
+	j, err := Open(e.dir(), true, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	const workers, each = 8, 40
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range each {
+					en, err := j.Begin(replaceRec(fmt.Sprintf("w%d/f%d", w, i), "s"))
+					if !assert.NoError(t, err) {
+						return
+					}
+					assert.NoError(t, en.Commit())
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("commits stuck: a sync and a compaction wait for each other")
+	}
+	require.NoError(t, j.Close())
+	assert.Empty(t, e.journalBytes(), "every record ended")
 }

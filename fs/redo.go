@@ -148,9 +148,8 @@ func (r *root) checkpoint() {
 		return
 	}
 	synced := make(map[*redoFile]bool, len(files))
-	dirs := map[key]error{} // each directory is fsync'd once
 	for _, rf := range files {
-		if err := rf.sync(dirs); err != nil {
+		if err := rf.sync(); err != nil {
 			r.log.Error("redo checkpoint: sync failed; recovery at next mount writes the commits again",
 				zap.Int("commits", len(rf.entries)), zap.Error(err))
 			continue
@@ -168,10 +167,9 @@ func (r *root) checkpoint() {
 	r.crash("redo-ended")
 }
 
-// sync makes rf's file durable (a rewrite's with its name: its
-// directory, unless dirs says it was fsync'd in this checkpoint), and
-// closes its descriptors.
-func (rf *redoFile) sync(dirs map[key]error) error {
+// sync makes rf's file durable (a rewrite's with its name), and closes
+// its descriptors.
+func (rf *redoFile) sync() error {
 	defer closeFd(rf.fd)
 	if rf.dir >= 0 {
 		defer closeFd(rf.dir)
@@ -181,22 +179,7 @@ func (rf *redoFile) sync(dirs map[key]error) error {
 		// these at recovery): nothing to keep, no data to write out.
 		return nil
 	}
-	if rf.dir < 0 {
-		return unix.Fdatasync(rf.fd)
-	}
-	if err := unix.Fsync(rf.fd); err != nil {
-		return err
-	}
-	st, err := fstat(rf.dir)
-	if err != nil {
-		return err
-	}
-	if err, done := dirs[keyOf(&st)]; done {
-		return err
-	}
-	err = unix.Fsync(rf.dir)
-	dirs[keyOf(&st)] = err
-	return err
+	return syncFds(rf.fd, rf.dir)
 }
 
 // syncFds syncs a redo record's file fd: its data, or with dir >= 0 (a

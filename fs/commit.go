@@ -170,16 +170,10 @@ func (h *handle) commitWhole(g grant) error {
 
 func (h *handle) commitReplace(g grant, v named) error {
 	r := h.n.r
-	xattrs, err := h.carryMeta(v)
-	if err != nil {
+	if err := h.carryMeta(v); err != nil {
 		return err
 	}
-	st, err := fstat(int(h.stage.Fd()))
-	if err != nil {
-		return err
-	}
-	rw := h.rewrite(&st, xattrs)
-	if r.opts.Durable && !rw {
+	if r.opts.Durable {
 		if err := h.stage.Sync(); err != nil {
 			return fmt.Errorf("fsync staging: %w", err)
 		}
@@ -192,36 +186,29 @@ func (h *handle) commitReplace(g grant, v named) error {
 	// removes, so a record would add two writes (and two fsyncs) and
 	// decide nothing. A record that CommitLazy ended must be durable
 	// before this commit changes the file it names (SyncEnds). In a
-	// cluster the record keeps the grant's fencing token (README). A
-	// small durable one is a rewrite record instead (redo.go).
-	if rw {
-		r.crash("rewrite-carried")
-	}
-	e, err := h.replaceRecord(g, rw, &st)
+	// cluster the record keeps the grant's fencing token (README).
+	e, err := h.replaceRecord(g)
 	if err != nil {
 		return err
 	}
-	queued := false
-	defer func() {
-		if !queued {
-			_ = e.Abort()
-		}
-	}()
+	defer e.Abort()
+	st, err := fstat(int(h.stage.Fd()))
+	if err != nil {
+		return err
+	}
 	// Everything that can fail goes before the rename: after it the
 	// commit is made and a failure could only be reported, not undone.
 	syncDir := -1
 	if r.opts.Durable {
-		if !rw {
-			if err := r.syncLazy(); err != nil {
-				return err
-			}
+		if err := r.syncLazy(); err != nil {
+			return err
 		}
 		if syncDir, err = unix.Openat(v.dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return err
 		}
 		defer unix.Close(syncDir)
 	}
-	r.crash(pick(rw, "rewrite-begun", "replace-before-rename"))
+	r.crash("replace-before-rename")
 	if err := g.fence(version(st.Ino, v.st.Ino)); err != nil {
 		return err
 	}
@@ -242,12 +229,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 	h.setBase(h.stage, 0)
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	h.staged.Store(0)
-	r.crash(pick(rw, "rewrite-renamed", "replace-after-rename"))
-	if rw {
-		// Committed by its record: synced at the checkpoint.
-		queued = true
-		return r.redoQueued(keyOf(&st), int(h.base.Fd()), syncDir, e, int(st.Size))
-	}
+	r.crash("replace-after-rename")
 	if syncDir >= 0 {
 		if err := v.in.f.syncDir(syncDir); err != nil {
 			return fmt.Errorf("fsync directory: %w", err)
@@ -257,39 +239,13 @@ func (h *handle) commitReplace(g grant, v named) error {
 	return e.Commit()
 }
 
-func pick(c bool, a, b string) string {
-	if c {
-		return a
-	}
-	return b
-}
-
-// rewrite reports whether a replace by h of the staging version st is a
-// rewrite record (redo.go): small and durable, not in a cluster, with no
-// extended attributes to carry (recovery sets only owner and mode).
-func (h *handle) rewrite(st *unix.Stat_t, xattrs bool) bool {
-	r := h.n.r
-	return r.opts.Durable && !r.clustered() && !xattrs && st.Size <= appendBufMax
-}
-
-// replaceRecord logs a replace in a cluster, for its token, or a rewrite
-// (rw) with its version's bytes, owner and mode: a nil entry (neither)
-// ends as a no-op.
-func (h *handle) replaceRecord(g grant, rw bool, st *unix.Stat_t) (*journal.Entry, error) {
-	rec := journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.stageNm, Rev: g.Token()}
-	switch {
-	case h.n.r.clustered():
-	case rw:
-		data := make([]byte, st.Size)
-		if _, err := h.stage.ReadAt(data, 0); err != nil && st.Size > 0 {
-			return nil, err
-		}
-		rec.Kind, rec.Ino, rec.Data, rec.Len, rec.CRC = journal.RedoReplace, st.Ino, data, st.Size, journal.Checksum(data)
-		rec.UID, rec.GID, rec.Mode = st.Uid, st.Gid, st.Mode&0o7777
-	default:
+// replaceRecord logs a replace only in a cluster, for its token: a nil
+// entry (not clustered) ends as a no-op.
+func (h *handle) replaceRecord(g grant) (*journal.Entry, error) {
+	if !h.n.r.clustered() {
 		return nil, nil
 	}
-	return h.n.r.jr.Begin(rec)
+	return h.n.r.jr.Begin(journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.stageNm, Rev: g.Token()})
 }
 
 func (h *handle) commitInPlace(g grant, v named) error {
@@ -442,10 +398,6 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 		rec.Kind, rec.Data = journal.RedoAppend, h.buf
 	}
 	at := crashKind(rec)
-	if !rec.Redo() {
-		// A rewrite record's recovery would write over these bytes.
-		r.checkpoint()
-	}
 	e, err := r.jr.Begin(rec)
 	if err != nil {
 		return false, err
@@ -466,7 +418,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 		if rec.Redo() {
 			// Committed: the record is durable with the bytes.
 			h.discard()
-			return onBase, r.redoQueued(keyOf(&st), fd, -1, e, int(n))
+			return onBase, r.redoQueued(keyOf(&st), fd, e, int(n))
 		}
 		if r.opts.Durable {
 			err = unix.Fdatasync(fd)

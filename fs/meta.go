@@ -23,34 +23,30 @@ func (h *handle) keptMode(mode uint32) uint32 {
 }
 
 // carryMeta gives the staging file the owner, group, mode and extended
-// attributes (ACLs among them) of the version it replaces. It reports
-// whether it carried extended attributes (a rewrite record cannot).
-func (h *handle) carryMeta(v named) (xattrs bool, err error) {
+// attributes (ACLs among them) of the version it replaces.
+func (h *handle) carryMeta(v named) error {
 	old := &v.st
 	fd := int(h.stage.Fd())
 	if err := unix.Fchown(fd, int(old.Uid), int(old.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
-		return false, err
+		return err
 	}
 	// After chown, which clears set-id bits.
 	if err := unix.Fchmod(fd, h.keptMode(old.Mode)); err != nil {
-		return false, err
+		return err
 	}
-	n, err := copyXattrs(procPath(v.fd), fd, h.uid == 0)
-	return n > 0, err
+	return copyXattrs(procPath(v.fd), fd, h.uid == 0)
 }
 
 // copyXattrs copies every extended attribute of the file at path onto
-// fd, and says how many. security.capability is dropped for non-root
-// writers.
-func copyXattrs(path string, fd int, root bool) (int, error) {
+// fd. security.capability is dropped for non-root writers.
+func copyXattrs(path string, fd int, root bool) error {
 	names, err := listXattr(path)
 	if err != nil {
 		if errors.Is(err, unix.ENOTSUP) {
-			return 0, nil
+			return nil
 		}
-		return 0, err
+		return err
 	}
-	n := 0
 	for _, a := range names {
 		if a == "security.capability" && !root {
 			continue
@@ -60,14 +56,13 @@ func copyXattrs(path string, fd int, root bool) (int, error) {
 			if errors.Is(err, unix.ENODATA) {
 				continue
 			}
-			return n, err
+			return err
 		}
 		if err := unix.Fsetxattr(fd, a, v, 0); err != nil && !errors.Is(err, unix.ENOTSUP) {
-			return n, err
+			return err
 		}
-		n++
 	}
-	return n, nil
+	return nil
 }
 
 func listXattr(path string) ([]string, error) {

@@ -19,11 +19,6 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	if hasMeta(in) {
 		err := n.locked(func() error {
-			// A rewrite record's recovery sets its owner and mode: it
-			// must be settled first.
-			if err := n.r.syncLazy(); err != nil {
-				return err
-			}
 			return n.withSelf(func(fd int) error { return setMeta(procPath(fd), in) })
 		})
 		if err != nil {

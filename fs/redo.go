@@ -10,20 +10,17 @@ import (
 	"github.com/safefs/safefs/journal"
 )
 
-// A small durable commit is a redo record: an append kept in memory
-// (appendbuf.go) or a replace of at most appendBufMax bytes whose file
-// has no extended attributes (a rewrite). Its journal line carries the
-// bytes (a rewrite's also its owner and mode), and that line's sync is
-// the commit point; the bytes are then written (an append) or renamed in
-// place (a rewrite) with no sync of their own (README, crash
-// consistency). Until a checkpoint makes them durable in the file
-// (fdatasync; a rewrite's file fsync'd with its directory) and ends
-// their records, recovery would write them again, so a checkpoint comes
-// before anything that could make that wrong: another commit that
-// replaces, renames or removes a path or writes a file in place
-// (syncLazy, checkpoint), the unmount, and at the latest redoDelay after
-// the first pending one, or when redoMaxEntries or redoMaxBytes are
-// pending. One sync per small durable commit instead of two.
+// A small durable append (one kept in memory, appendbuf.go) is a redo
+// record: its journal line carries the bytes, and that line's fsync is
+// the commit point; the bytes are then written to the file without an
+// fsync of their own (README, crash consistency). Until a checkpoint
+// makes them durable in the file (fdatasync) and ends their records,
+// recovery would write them again, so a checkpoint comes before anything
+// that could make that wrong: a commit that replaces, renames or removes
+// a path or writes a file in place (syncLazy), the unmount, and at the
+// latest redoDelay after the first pending one, or when redoMaxEntries
+// or redoMaxBytes are pending. One fsync per durable append instead of
+// two.
 const (
 	redoDelay      = time.Second
 	redoMaxEntries = 256
@@ -41,15 +38,13 @@ type redoLog struct {
 }
 
 type redoFile struct {
-	fd      int // a dup of the file's descriptor, for its sync
-	dir     int // a rewrite's: a dup of its directory's, else -1
+	fd      int // a dup of the file's descriptor, for its fdatasync
 	entries []*journal.Entry
 }
 
 // add queues e, a redo record whose bytes were written through fd (a
-// file with key k), a rewrite's with its directory dir (else -1). It
-// reports whether a checkpoint is due now.
-func (l *redoLog) add(k key, fd, dir int, e *journal.Entry, n int, checkpoint func()) (due bool, err error) {
+// file with key k). It reports whether a checkpoint is due now.
+func (l *redoLog) add(k key, fd int, e *journal.Entry, n int, checkpoint func()) (due bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.files == nil {
@@ -57,18 +52,12 @@ func (l *redoLog) add(k key, fd, dir int, e *journal.Entry, n int, checkpoint fu
 	}
 	rf := l.files[k]
 	if rf == nil {
-		dup, err := dupFd(fd)
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			return false, err
 		}
-		rf = &redoFile{fd: dup, dir: -1}
+		rf = &redoFile{fd: dup}
 		l.files[k] = rf
-	}
-	if dir >= 0 && rf.dir < 0 {
-		if rf.dir, err = dupFd(dir); err != nil {
-			rf.dir = -1
-			return false, err
-		}
 	}
 	rf.entries = append(rf.entries, e)
 	l.entries++
@@ -98,12 +87,12 @@ func crashKind(rec journal.Record) string {
 // redoQueued queues a committed redo record for its checkpoint. Without
 // a descriptor to sync later, the bytes are synced now, as a plain
 // append's.
-func (r *root) redoQueued(k key, fd, dir int, e *journal.Entry, n int) error {
-	due, err := r.redo.add(k, fd, dir, e, n, r.checkpoint)
+func (r *root) redoQueued(k key, fd int, e *journal.Entry, n int) error {
+	due, err := r.redo.add(k, fd, e, n, r.checkpoint)
 	if err != nil {
-		if err := syncFds(fd, dir); err != nil {
+		if err := unix.Fdatasync(fd); err != nil {
 			// The record stays open: recovery writes the bytes again.
-			r.log.Error("redo commit: sync failed", zap.Error(err))
+			r.log.Error("redo append: fdatasync failed", zap.Error(err))
 			return nil
 		}
 		return e.CommitLazy()
@@ -113,8 +102,6 @@ func (r *root) redoQueued(k key, fd, dir int, e *journal.Entry, n int) error {
 	}
 	return nil
 }
-
-func dupFd(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
 
 // take empties l and returns what it held.
 func (l *redoLog) take() map[key]*redoFile {
@@ -149,9 +136,11 @@ func (r *root) checkpoint() {
 	}
 	synced := make(map[*redoFile]bool, len(files))
 	for _, rf := range files {
-		if err := rf.sync(); err != nil {
-			r.log.Error("redo checkpoint: sync failed; recovery at next mount writes the commits again",
-				zap.Int("commits", len(rf.entries)), zap.Error(err))
+		err := unix.Fdatasync(rf.fd)
+		closeFd(rf.fd)
+		if err != nil {
+			r.log.Error("redo checkpoint: fdatasync failed; recovery at next mount writes the appends again",
+				zap.Int("appends", len(rf.entries)), zap.Error(err))
 			continue
 		}
 		synced[rf] = true
@@ -165,33 +154,6 @@ func (r *root) checkpoint() {
 		}
 	}
 	r.crash("redo-ended")
-}
-
-// sync makes rf's file durable (a rewrite's with its name), and closes
-// its descriptors.
-func (rf *redoFile) sync() error {
-	defer closeFd(rf.fd)
-	if rf.dir >= 0 {
-		defer closeFd(rf.dir)
-	}
-	if st, err := fstat(rf.fd); err == nil && st.Nlink == 0 {
-		// Replaced since (a later rewrite, whose record supersedes
-		// these at recovery): nothing to keep, no data to write out.
-		return nil
-	}
-	return syncFds(rf.fd, rf.dir)
-}
-
-// syncFds syncs a redo record's file fd: its data, or with dir >= 0 (a
-// rewrite) all of it and then its directory.
-func syncFds(fd, dir int) error {
-	if dir < 0 {
-		return unix.Fdatasync(fd)
-	}
-	if err := unix.Fsync(fd); err != nil {
-		return err
-	}
-	return unix.Fsync(dir)
 }
 
 // syncLazy makes durable what was committed lazily (redo bytes, lazy end

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // appendLine appends one small line through the mount: a redo record
@@ -85,45 +83,4 @@ func TestRedoCheckpointWhenMany(t *testing.T) {
 	}
 	assert.Less(t, most, redoMaxEntries, "pending redo records reached the bound")
 	assert.Greater(t, most, 1, "appends were not redo records")
-}
-
-// A small durable replace is a rewrite record, waiting for its
-// checkpoint like an append; one whose file has extended attributes, or
-// of more than appendBufMax bytes, is a plain replace (synced at once).
-func TestRewriteRecord(t *testing.T) {
-	srv, backing, mnt := mountForTest(t)
-	r := srv.r
-	jpath := filepath.Join(backing, InternalDir, "journal")
-	p := filepath.Join(mnt, "data")
-	require.NoError(t, os.WriteFile(p, []byte("first\n"), 0o640))
-	require.True(t, r.redo.pending(), "a new file's small durable content is a rewrite record")
-	j, err := os.ReadFile(jpath)
-	require.NoError(t, err)
-	assert.Contains(t, string(j), `"kind":"rewrite"`)
-	assert.Contains(t, string(j), `"mode":416`, "the record carries the mode (0640)")
-
-	require.NoError(t, os.Chmod(p, 0o600))
-	assert.False(t, r.redo.pending(), "a chmod settles the rewrite records first: their recovery sets the mode")
-
-	require.NoError(t, os.WriteFile(p, []byte("second\n"), 0o600))
-	require.True(t, r.redo.pending())
-	require.Eventually(t, func() bool { return !r.redo.pending() }, 5*redoDelay, 10*time.Millisecond)
-
-	require.NoError(t, os.WriteFile(p, bytes.Repeat([]byte("x"), appendBufMax+1), 0o600))
-	assert.False(t, r.redo.pending(), "a large replace is synced at once")
-	require.NoError(t, unix.Setxattr(p, "user.note", []byte("kept"), 0))
-	require.NoError(t, os.WriteFile(p, []byte("third\n"), 0o600))
-	assert.False(t, r.redo.pending(), "a replace carrying extended attributes is synced at once")
-	v := make([]byte, 16)
-	n, err := unix.Getxattr(filepath.Join(backing, "data"), "user.note", v)
-	require.NoError(t, err)
-	assert.Equal(t, "kept", string(v[:n]))
-
-	require.NoError(t, srv.Unmount())
-	j, err = os.ReadFile(jpath)
-	require.NoError(t, err)
-	assert.Empty(t, j, "the journal closes empty")
-	got, err := os.ReadFile(filepath.Join(backing, "data"))
-	require.NoError(t, err)
-	assert.Equal(t, "third\n", string(got))
 }

@@ -101,10 +101,8 @@ var CrashPoints = []string{
 	"replace-before-rename", "replace-after-rename", "replace-dir-synced",
 	"inplace-undo-saved", "inplace-begun", "inplace-truncated", "inplace-written", "inplace-ended",
 	"append-begun", "append-half", "append-written", "append-synced", "append-ended",
-	// A redo append's (redo.go), then a rewrite's: both synced and
-	// ended at a checkpoint (redo-synced, redo-ended).
+	// A redo append's (redo.go): synced and ended at its checkpoint.
 	"redo-begun", "redo-half", "redo-written", "redo-synced", "redo-ended",
-	"rewrite-carried", "rewrite-begun", "rewrite-renamed",
 }
 
 // dropTemp closes and removes a staging or undo file (one without a
@@ -153,25 +151,6 @@ func (f *file) bump() {
 
 // targets opens journal targets for recovery, beneath BACKING only.
 type targets struct{ rootfd int }
-
-// PlaceTarget renames name in dir (INTERNAL's staging) over rel, beneath
-// BACKING only, and fsyncs rel's directory (journal.Placer).
-func (t targets) PlaceTarget(dir *os.File, name, rel string) error {
-	pdir, nm := path.Split(rel)
-	pdir = strings.TrimSuffix(pdir, "/")
-	if pdir == "" {
-		pdir = "."
-	}
-	dfd, err := openRel(t.rootfd, pdir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
-	if err := renameAt(int(dir.Fd()), name, dfd, nm, 0); err != nil {
-		return err
-	}
-	return unix.Fsync(dfd)
-}
 
 func (t targets) OpenTarget(rel string) (*os.File, error) {
 	dir, nm := path.Split(rel)

@@ -35,14 +35,6 @@ func (tt *testTargets) OpenTarget(rel string) (*os.File, error) {
 	return f, nil
 }
 
-// PlaceTarget renames name in dir over rel, as fs/ does (Placer).
-func (tt *testTargets) PlaceTarget(dir *os.File, name, rel string) error {
-	tt.mu.Lock()
-	tt.calls = append(tt.calls, "place "+rel)
-	tt.mu.Unlock()
-	return os.Rename(filepath.Join(dir.Name(), name), filepath.Join(tt.backing, rel))
-}
-
 // env is a BACKING with its INTERNAL, inside a parent that also holds a
 // sentinel file outside BACKING.
 type env struct {

@@ -37,15 +37,11 @@ type Kind string
 const (
 	Replace Kind = "replace" // rename of a staging file over the target
 	Append  Kind = "append"  // bytes appended to the target in place
-	InPlace Kind = "inplace" // target overwritten in place, old bytes in undo
 	// RedoAppend is an append whose record carries its bytes (Data): a
 	// kind of its own, so that a recovery that does not know it refuses
 	// the record instead of cutting the committed bytes back.
 	RedoAppend Kind = "redo"
-	// RedoReplace is a small replace whose record carries the new
-	// version (Data) with its owner and mode: the record's sync makes the
-	// commit, and recovery puts the version in place again.
-	RedoReplace Kind = "rewrite"
+	InPlace    Kind = "inplace" // target overwritten in place, old bytes in undo
 )
 
 // Record is the journal line written before a commit touches its target.
@@ -69,10 +65,6 @@ type Record struct {
 	// consistency"): durable with the record, so the appended bytes
 	// need no fsync of their own and recovery writes them again.
 	Data []byte `json:"data,omitempty"`
-	// UID, GID and Mode (permission bits) of a RedoReplace's version.
-	UID  uint32 `json:"uid,omitempty"`
-	GID  uint32 `json:"gid,omitempty"`
-	Mode uint32 `json:"mode,omitempty"`
 	// Rev is the commit lock's fencing token (cluster: the etcd lock
 	// key's revision), for the operator: which grant made the commit.
 	Rev int64 `json:"rev,omitempty"`
@@ -94,8 +86,6 @@ func (r Record) Validate() error {
 			return err
 		}
 		return r.validRedo()
-	case RedoReplace:
-		return r.validRewrite()
 	case InPlace:
 		return r.validInPlace()
 	}
@@ -116,42 +106,20 @@ func (r Record) validAppend() error {
 	return nil
 }
 
-// Redo reports whether r is a redo record: one carrying its bytes.
-func (r Record) Redo() bool { return r.Kind == RedoAppend || r.Kind == RedoReplace }
+// Redo reports whether r is a redo record: an append carrying its bytes.
+func (r Record) Redo() bool { return r.Kind == RedoAppend }
 
 // MaxRedo bounds the bytes a redo record carries.
 const MaxRedo = 64 << 10
 
 func (r Record) validRedo() error {
-	if r.Staging != "" {
+	switch {
+	case r.Staging != "":
 		return errors.New("redo append with a staging file")
-	}
-	if len(r.Data) == 0 {
-		return errors.New("redo append without data")
-	}
-	return r.validData()
-}
-
-func (r Record) validRewrite() error {
-	switch {
-	case r.Ino == 0:
-		return errors.New("rewrite without ino")
-	case r.Mode&^0o7777 != 0:
-		return errors.New("rewrite with bad mode")
-	}
-	if err := validName("staging", r.Staging); err != nil {
-		return err
-	}
-	return r.validData()
-}
-
-// validData checks a redo record's bytes against its length and CRC.
-func (r Record) validData() error {
-	switch {
-	case len(r.Data) > MaxRedo || int64(len(r.Data)) != r.Len:
-		return errors.New("redo data of bad length")
+	case len(r.Data) == 0 || len(r.Data) > MaxRedo || int64(len(r.Data)) != r.Len:
+		return errors.New("append data of bad length")
 	case Checksum(r.Data) != r.CRC:
-		return errors.New("redo data does not match its CRC")
+		return errors.New("append data does not match its CRC")
 	}
 	return nil
 }

@@ -103,27 +103,26 @@ func (s *scanned) add(log *zap.Logger, n int, b []byte) {
 	}
 	s.lastRec = r.ID
 	s.records++
-	s.supersede(log, r)
+	s.supersede(log, r.Target)
 	s.open[r.ID] = r
 	s.byTarget[r.Target] = append(s.byTarget[r.Target], r.ID)
 }
 
-// supersede drops the open append and inplace records of r's target
-// when r, a later record for it, comes: commits to one path are
-// serialized, so r began after the earlier ones were settled. Not a redo
-// record, whose bytes need not be in the target yet (they are redone in
-// order), unless r is a rewrite: it gives the whole file.
-func (s *scanned) supersede(log *zap.Logger, r Record) {
+// supersede drops the open append and inplace records of target when a
+// later record for it comes: commits to one path are serialized, so the
+// later one began after the earlier was settled. Not a redo record: its
+// bytes need not be durable in the target yet (they are redone in order).
+func (s *scanned) supersede(log *zap.Logger, target string) {
 	var keep []uint64
-	for _, id := range s.byTarget[r.Target] {
-		if rec := s.open[id]; rec.Kind == Replace || rec.Redo() && r.Kind != RedoReplace {
+	for _, id := range s.byTarget[target] {
+		if rec := s.open[id]; rec.Kind == Replace || rec.Redo() {
 			keep = append(keep, id)
 		} else {
 			delete(s.open, id)
 			log.Info("recovery: superseded by a later commit", recFields(rec)...)
 		}
 	}
-	s.setTarget(r.Target, keep)
+	s.setTarget(target, keep)
 }
 
 // end forgets the record id: it was finished.

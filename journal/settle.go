@@ -19,9 +19,6 @@ func (r *recovery) settle(rec Record) error {
 	case Append, RedoAppend:
 		r.settleAppend(rec)
 		return nil
-	case RedoReplace:
-		r.settleRewrite(rec)
-		return nil
 	case InPlace:
 		return r.settleInPlace(rec)
 	}
@@ -63,7 +60,7 @@ func (r *recovery) settleAppend(rec Record) {
 		return
 	}
 	defer f.Close()
-	if rec.Kind == RedoAppend {
+	if rec.Redo() {
 		r.redoAppend(rec, f, size)
 		return
 	}

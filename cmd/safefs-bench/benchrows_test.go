@@ -106,11 +106,9 @@ func TestIssue12Rows(t *testing.T) {
 
 // TestIssue12Syscalls: with -syscalls the writers and flock rows report
 // fsyncs per commit: 2 by hand (file and directory, in the Perl processes
-// too), some with full (under one where concurrent small commits share
-// their journal's sync: redo records, group commit), more than with
-// durability=none, which has well under one (not always none: a few
-// whole-file saves outside the commits, such as rmw's learned state,
-// fsync in any mode).
+// too), some with full, and with durability=none well under one (not
+// always none: a few whole-file saves outside the commits, such as
+// rmw's learned state, fsync in any mode).
 func TestIssue12Syscalls(t *testing.T) {
 	testfs.Available(t)
 	requireStrace(t)
@@ -136,8 +134,8 @@ func TestIssue12Syscalls(t *testing.T) {
 		assert.Equal(t, "2.0", got[0], "%s by hand", name)
 		full, _ := strconv.ParseFloat(got[1], 64)
 		none, _ := strconv.ParseFloat(got[2], 64)
+		assert.GreaterOrEqual(t, full, 1.0, "%s with durability=full", name)
 		assert.Less(t, none, 0.5, "%s with durability=none", name)
-		assert.Greater(t, full, none, "%s with durability=full", name)
 	}
 	mounts, err := os.ReadFile("/proc/mounts")
 	require.NoError(t, err)

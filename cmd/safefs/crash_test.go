@@ -207,8 +207,6 @@ func crashCaseFor(kind string) (crashCase, bool) {
 		return crashCase{mode: "append", name: "app.log", old: testVersion("old", 100), new: testVersion("app", 4000)}, true
 	case "redo": // a small durable append: a redo record (fs/redo.go)
 		return crashCase{mode: "append", name: "app.log", old: testVersion("old", 100), new: testVersion("app", 60)}, true
-	case "rewrite": // a small durable replace: a redo record (fs/redo.go)
-		return crashCase{mode: "replace", name: "doc.txt", old: testVersion("old", 100), new: testVersion("new", 60)}, true
 	}
 	return crashCase{}, false
 }

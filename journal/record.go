@@ -37,11 +37,11 @@ type Kind string
 const (
 	Replace Kind = "replace" // rename of a staging file over the target
 	Append  Kind = "append"  // bytes appended to the target in place
+	InPlace Kind = "inplace" // target overwritten in place, old bytes in undo
 	// RedoAppend is an append whose record carries its bytes (Data): a
 	// kind of its own, so that a recovery that does not know it refuses
 	// the record instead of cutting the committed bytes back.
 	RedoAppend Kind = "redo"
-	InPlace    Kind = "inplace" // target overwritten in place, old bytes in undo
 )
 
 // Record is the journal line written before a commit touches its target.

@@ -56,10 +56,6 @@ import (
 	"github.com/safefs/safefs/fs"
 )
 
-// redoCheckpointPoints are a redo append's points in its checkpoint,
-// which runs after the commit's close returned (fs/redo.go).
-var redoCheckpointPoints = []string{"redo-synced", "redo-ended"}
-
 // cptTraceCalls are the system calls traced. A "?" lets strace accept a
 // name its architecture lacks (the old path calls on arm64).
 const cptTraceCalls = "write,pwrite64,writev,pwritev,pwritev2,ftruncate,fallocate,copy_file_range," +

@@ -21,6 +21,12 @@ import (
 	"github.com/safefs/safefs/fs"
 )
 
+// redoCheckpointPoints are a redo append's points in its checkpoint,
+// which runs after the commit's close returned (fs/redo.go).
+var redoCheckpointPoints = []string{"redo-synced", "redo-ended"}
+
+// redoCrashPoints are the redo append's points, in its commit and in its
+// checkpoint.
 func redoCrashPoints() []string {
 	return slices.DeleteFunc(slices.Clone(fs.CrashPoints), func(p string) bool { return !strings.HasPrefix(p, "redo-") })
 }
@@ -37,17 +43,19 @@ func TestCrashRedo(t *testing.T) {
 }
 
 func testCrashRedo(t *testing.T, point string) {
+	c, ok := crashCaseFor("redo")
+	require.True(t, ok)
+	old, data := c.old, c.new
+	require.Less(t, len(data), 8<<10, "kept in memory: under 8 KiB")
 	backing, mnt := tempDir(t), tempDir(t)
-	old, data := testVersion("old", 100), testVersion("app", 60) // kept in memory: under 8 KiB
-	require.Less(t, len(data), 8<<10)
-	target := filepath.Join(backing, "app.log")
+	target := filepath.Join(backing, c.name)
 	require.NoError(t, os.WriteFile(target, old, 0o640))
 	require.NoError(t, os.Chown(target, 1234, 5678))
 	var before syscall.Stat_t
 	require.NoError(t, syscall.Stat(target, &before))
 
 	p := startMountWith(t, backing, mnt, point)
-	w := commitPerl(t, "append", filepath.Join(mnt, "app.log"), data, "")
+	w := commitPerl(t, c.mode, filepath.Join(mnt, c.name), data, "")
 	waitKilled(t, p)
 	assert.Contains(t, p.out.String(), "crash point reached", "the daemon died, but not at its crash point")
 	unmountIfMounted(t, mnt)
@@ -69,7 +77,7 @@ func testCrashRedo(t *testing.T, point string) {
 	got, err := os.ReadFile(target)
 	require.NoError(t, err)
 	versions := map[string][]byte{"the old version": old, "old+new": append(slices.Clip(old), data...)}
-	assert.Equal(t, "old+new", describe(got, versions), "app.log after a crash at %s and recovery", point)
+	assert.Equal(t, "old+new", describe(got, versions), "%s after a crash at %s and recovery", c.name, point)
 	var now syscall.Stat_t
 	require.NoError(t, syscall.Stat(target, &now))
 	assert.Equal(t, [3]uint64{before.Ino, uint64(before.Uid), uint64(before.Gid)},

@@ -194,9 +194,9 @@ func holdsOpen(pid uint32, ino uint64, mnt int) bool {
 	})
 }
 
-// anyFdinfo reports whether is holds for the /proc/<pid>/fdinfo file of
-// one of process pid's descriptors; def if they cannot be listed, or not
-// in time (bounded).
+// anyFdinfo reports whether the test is holds for the /proc/<pid>/fdinfo
+// file of one of process pid's descriptors; def if they cannot be
+// listed, or not in time (bounded).
 func anyFdinfo(pid uint32, def bool, is func(fdinfo string) bool) bool {
 	return bounded(def, func() bool {
 		dir := fmt.Sprintf("/proc/%d/fdinfo", pid)

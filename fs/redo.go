@@ -116,13 +116,6 @@ func (l *redoLog) take() map[key]*redoFile {
 	return files
 }
 
-// pending reports whether a redo record waits for its checkpoint.
-func (l *redoLog) pending() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.entries > 0
-}
-
 // checkpoint makes the pending redo records' bytes durable in their files
 // and ends the records (lazily: the next journal fsync, or syncLazy,
 // makes the ends durable). A file whose fdatasync fails keeps its

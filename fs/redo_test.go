@@ -11,6 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// pending reports whether a redo record waits for its checkpoint.
+func (l *redoLog) pending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.entries > 0
+}
+
 // appendLine appends one small line through the mount: a redo record
 // with durability=full.
 func appendLine(t *testing.T, p, line string) {

@@ -26,8 +26,7 @@ func (h *handle) commit() error {
 
 func (h *handle) commitLocked() error {
 	r := h.n.r
-	r.commitsBegun.Add(1)
-	defer r.commitsEnded.Add(1)
+	defer r.changing()()
 	ctx, cancel := lockContext(r)
 	defer cancel()
 	key := h.n.lockKey()

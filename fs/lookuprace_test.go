@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // The kernel revalidates a cached name with a lookup that does not hold
@@ -46,4 +47,43 @@ func TestLookupRacingRename(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(backing, "data"))
 	require.NoError(t, err)
 	assert.Equal(t, "new\n", string(b))
+}
+
+// A commit can replace the version a lookup has just stat'ed. The old
+// inode, which no logical file owns once the commit has ended, must not
+// become a file of its own: a second logical file for the path, whose
+// locks and commits would not meet the first's. (The kernel drops a
+// revalidation that answers with another node and looks up again, so
+// the lookup is called here directly, as the kernel's first lookup of
+// a name.)
+func TestLookupRacingCommit(t *testing.T) {
+	srv, backing, mnt := mountForTest(t)
+	data := filepath.Join(mnt, "data")
+	require.NoError(t, os.WriteFile(data, []byte("old\n"), 0o644))
+	var old unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(backing, "data"), &old))
+	w, err := os.OpenFile(data, os.O_WRONLY|os.O_TRUNC, 0)
+	require.NoError(t, err)
+	_, err = w.WriteString("new\n")
+	require.NoError(t, err)
+
+	var fired atomic.Bool
+	at := func(point string) {
+		if point == "lookup-stat" && fired.CompareAndSwap(false, true) {
+			assert.NoError(t, w.Close(), "the commit during the lookup")
+			// The writer's release lets the old version go.
+			assert.Eventually(t, func() bool { return !srv.r.ids.known(keyOf(&old)) },
+				5*time.Second, 10*time.Millisecond, "the old version is still known")
+		}
+	}
+	srv.r.atPoint.Store(&at)
+	top := srv.r.newNode(srv.r.top)
+	st, f, err := top.lookupFile(srv.r.rootfd, "data", srv.r.changeEpoch())
+	srv.r.atPoint.Store(nil)
+	require.NoError(t, err)
+	require.True(t, fired.Load())
+	var now unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(backing, "data"), &now))
+	assert.Equal(t, now.Ino, st.Ino, "the lookup found the version renamed over")
+	assert.True(t, srv.r.ids.owns(f, keyOf(&now)), "the lookup's file is not the committed one's")
 }

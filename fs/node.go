@@ -305,19 +305,27 @@ func (n *Node) nodeFor(ctx context.Context, f *file, st *unix.Stat_t, out *fuse.
 // yet gets it only if nm still leads to it after, else the lookup starts
 // over (a file left with a name it lost failed its writer's commit with
 // ESTALE; renamed over, it has nowhere to go, as on a local file system).
-func (n *Node) lookupFile(dir int, nm string) (st unix.Stat_t, f *file, err error) {
+// Nothing needs checking again when no change of names ran meanwhile
+// (e, taken before the stat): one stat per lookup, as on a plain mount.
+func (n *Node) lookupFile(dir int, nm string, e changeEpoch) (st unix.Stat_t, f *file, err error) {
 	for range staleTries {
-		if st, err = n.statEntry(dir, nm); err != nil {
+		if st, err = n.statEntry(dir, nm, e); err != nil {
 			return st, nil, err
 		}
 		n.r.crash("lookup-stated") // a stop point for tests only
 		f = n.entryFile(nm, &st)
-		if !f.addName(n, nm) || n.leadsTo(dir, nm, f) {
+		if !f.addName(n, nm) || n.unchanged(e) || n.leadsTo(dir, nm, f) {
 			return st, f, nil
 		}
 		f.dropName(n, nm)
 	}
 	return st, f, nil
+}
+
+// unchanged reports whether no change of names through the mount began
+// since e. Another daemon of a cluster changes names unseen.
+func (n *Node) unchanged(e changeEpoch) bool {
+	return !n.r.clustered() && n.r.stable(e)
 }
 
 // leadsTo reports whether dir/nm leads to f's version.
@@ -339,13 +347,13 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 	if err != nil {
 		return nil, n.errno(err)
 	}
-	epoch, idle := n.r.commitEpoch()
-	st, f, err := n.lookupFile(dir, nm)
+	e := n.r.changeEpoch()
+	st, f, err := n.lookupFile(dir, nm, e)
 	if err != nil {
 		return nil, n.errno(err)
 	}
 	in := n.nodeFor(ctx, f, &st, out)
-	stable := n.r.stable(epoch, idle)
+	stable := n.r.stable(e)
 	versionEntry(in, out, stable)
 	f.keepSize(out.Size)
 	if stable {
@@ -357,10 +365,12 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 // statEntry stats dir/nm for a lookup. An inode no logical file has yet
 // may be the old version a commit has just renamed over (stat'ed before
 // the rename, looked up after): only if the name still leads to it is it
-// a new file.
-func (n *Node) statEntry(dir int, nm string) (st unix.Stat_t, err error) {
+// a new file. No commit ran since e: it is.
+func (n *Node) statEntry(dir int, nm string, e changeEpoch) (st unix.Stat_t, err error) {
 	for range staleTries {
-		if st, err = statAt(dir, nm); err != nil || n.r.ids.known(keyOf(&st)) {
+		st, err = statAt(dir, nm)
+		n.r.crash("lookup-stat") // a stop point for tests only
+		if err != nil || n.r.ids.known(keyOf(&st)) || n.unchanged(e) {
 			return st, err
 		}
 		again, err := statAt(dir, nm)

@@ -105,7 +105,7 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 
 // lockChildren takes the commit locks of the named children, so that a
 // name never changes under a commit in progress, before a rename or a
-// removal.
+// removal, and marks a change of names until release.
 func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
 	var keys []lockmgr.Key
 	for _, k := range kids {
@@ -119,15 +119,17 @@ func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
 	if err != nil {
 		return nil, lockErrno(err)
 	}
+	done := n.r.changing()
 	// An append record ended lazily, or a redo record not yet
 	// checkpointed, names a path this may change: it must be settled
 	// first, or recovery could find it open and its path another file
 	// (see CommitLazy, redo.go).
 	if err := n.r.syncLazy(); err != nil {
 		g.Release()
+		done()
 		return nil, err
 	}
-	return g.Release, nil
+	return func() { g.Release(); done() }, nil
 }
 
 // kid returns the known child nm of n, or nil.

@@ -239,7 +239,7 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 	h, err := cn.newHandle(ctx, f, ver, flags, created)
 	if err != nil {
 		if created {
-			_ = unlinkAt(dir, nm, 0) // as if the open had failed first
+			n.unlinkNew(dir, nm) // as if the open had failed first
 		}
 		return nil, nil, err
 	}
@@ -247,6 +247,13 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 	// around CREATE. Learning still sees the write.
 	cn.rmwOpened(h, nil, flags)
 	return in, h, nil
+}
+
+// unlinkNew removes the file a failed create made, a change of names
+// for lookups that may have found it.
+func (n *Node) unlinkNew(dir int, nm string) {
+	defer n.r.changing()()
+	_ = unlinkAt(dir, nm, 0)
 }
 
 // staleVer is a version no file reaches: a handle holding it refreshes.
@@ -274,7 +281,7 @@ func (n *Node) createOrOpen(ctx context.Context, dir int, nm string, flags, mode
 	}
 	if err != nil {
 		unix.Close(fd)
-		_ = unlinkAt(dir, nm, 0)
+		n.unlinkNew(dir, nm)
 		return nil, false, err
 	}
 	return os.NewFile(uintptr(fd), nm), true, nil

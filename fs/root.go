@@ -44,8 +44,8 @@ type root struct {
 	count   counters
 	// selfTestSeen: the kill-check self-test's probe was seen killed.
 	selfTestSeen atomic.Bool
-	// commits begun and ended, for lookups' attribute TTL (commitEpoch)
-	commitsBegun, commitsEnded atomic.Uint64
+	// changes of names begun and ended, for lookups (changeEpoch)
+	changesBegun, changesEnded atomic.Uint64
 	files                      *fileSlots
 	space                      spaceCache // roomFor's last statfs
 	dirs                       openDirs

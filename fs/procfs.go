@@ -43,11 +43,24 @@ const (
 // commit. pid 0 (another pid namespace) cannot be checked; a process in
 // execve is not dying.
 func killedBySignal(pid uint32) bool {
-	if pid == 0 {
+	if pid == 0 || hasFiles(pid) {
 		return false
 	}
 	fl := bounded(0, func() uint64 { fl, _ := taskFlags(pid); return fl })
 	return fl&pfExiting != 0 && fl&pfSignaled != 0
+}
+
+// hasFiles reports whether thread pid still has its descriptor table,
+// so is not dying: an exiting task drops it before it closes its files
+// (exit_files). The size of /proc/<pid>/fd counts the open descriptors
+// of that table, 0 without one (Linux 6.2; always 0 before, which tells
+// nothing). One stat, which never waits, where a read of
+// /proc/<pid>/stat waits while pid is in execve and so must be bounded
+// by a goroutine and a timer: 3 against 23 µs here.
+func hasFiles(pid uint32) bool {
+	var st unix.Stat_t
+	err := unix.Stat("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/fd", &st)
+	return err == nil && st.Size > 0
 }
 
 // taskFlags reads field 9 of /proc/<pid>/stat.

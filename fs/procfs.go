@@ -111,6 +111,9 @@ func tgidOf(pid uint32) uint32 {
 	if pid != 0 && isLeader(pid) {
 		return pid
 	}
+	if tgid, ok := pidfdTgid(pid); ok {
+		return tgid
+	}
 	n, err := strconv.ParseUint(procStatus(pid, "Tgid"), 10, 32)
 	if err != nil {
 		return 0
@@ -129,6 +132,24 @@ func isLeader(pid uint32) bool {
 	}
 	unix.Close(fd)
 	return true
+}
+
+// pidfdTgid asks the kernel for the process of thread pid through a
+// pidfd of the thread (PIDFD_THREAD, Linux 6.9; PIDFD_GET_INFO, 6.13):
+// three calls that never wait, where reading /proc/<pid>/status must be
+// bounded by a goroutine and a timer. A thread of a multi-threaded
+// program (a Go program, a threaded server) is answered here.
+func pidfdTgid(pid uint32) (uint32, bool) {
+	fd, err := unix.PidfdOpen(int(pid), unix.PIDFD_THREAD)
+	if err != nil {
+		return 0, false
+	}
+	defer unix.Close(fd)
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+	if err := unix.IoctlPidfdInfo(fd, &info); err != nil || info.Tgid == 0 {
+		return 0, false
+	}
+	return info.Tgid, true
 }
 
 // procStatus returns one field of /proc/<pid>/status, "" if unknown.

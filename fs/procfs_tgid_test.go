@@ -1,11 +1,13 @@
 package fs
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,6 +26,24 @@ func TestTgidOfLeaderAndThread(t *testing.T) {
 	}
 	assert.False(t, isLeader(other), "a thread that does not lead its group")
 	assert.Equal(t, self, tgidOf(other))
+	tgid, ok := pidfdTgid(other)
+	if kernelAtLeast(t, 6, 13) {
+		assert.True(t, ok, "no pidfd answer (PIDFD_THREAD, PIDFD_GET_INFO)")
+	}
+	if ok {
+		assert.Equal(t, self, tgid)
+	}
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or
+// later.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	var u unix.Utsname
+	require.NoError(t, unix.Uname(&u))
+	var ma, mi int
+	_, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi)
+	require.NoError(t, err)
+	return ma > major || ma == major && mi >= minor
 }
 
 // lockedThread is a thread of this process kept alive until done closes.

@@ -259,6 +259,10 @@ func (r *root) fuseOptions(backing string) *gofs.Options {
 		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_DONT_MASK | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		DisableReadDirPlus: true,
 		MaxWrite:           1 << 20,
+		// Reads answer from memory (ReadResultData), which go-fuse
+		// would still first try to splice: a pipe written, given up
+		// and drained, four calls per READ for nothing.
+		DisableSplice: true,
 		// Script locks decided by the daemon (locks.go), else by the kernel.
 		EnableLocks: r.opts.ScriptLocks != nil,
 	}

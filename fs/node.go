@@ -365,7 +365,7 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 // statEntry stats dir/nm for a lookup. An inode no logical file has yet
 // may be the old version a commit has just renamed over (stat'ed before
 // the rename, looked up after): only if the name still leads to it is it
-// a new file. No commit ran since e: it is.
+// a new file. When no change of names began since e, it is.
 func (n *Node) statEntry(dir int, nm string, e changeEpoch) (st unix.Stat_t, err error) {
 	for range staleTries {
 		st, err = statAt(dir, nm)

@@ -73,14 +73,14 @@ func TestIssue12Rows(t *testing.T) {
 	requirePerl(t)
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
-	err := run([]string{"-dir", dir, "-markdown", "-targets", "backing,byhand,loopback,safefs,safefs-none",
+	err := run([]string{"-dir", dir, "-markdown", "-targets", "backing,byhand,loopback,byhand-loopback,safefs,safefs-none",
 		"-workloads", "flock-counter,writers-1,writers-4,writers-16,memory",
 		"-flock-runs", "5", "-writers-n", "40", "-memory-files", "30", "-memory-size", "4M"}, &out, &errOut)
 	t.Logf("table:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	require.NoError(t, err)
 	assert.Empty(t, errOut.String())
 	rows := markdownRows(t, out.String())
-	targets := []string{"backing", "byhand", "loopback", "safefs", "safefs-none"}
+	targets := []string{"backing", "byhand", "loopback", "byhand-loopback", "safefs", "safefs-none"}
 	require.Equal(t, targets, rows["workload"])
 	rate := regexp.MustCompile(`^[0-9.]+ commits/s \([0-9.e-]+x, [0-9.e-]+x, by hand [0-9.e-]+x\)$`)
 	for _, name := range []string{"flock-counter", "writers-1", "writers-4", "writers-16"} {
@@ -91,11 +91,11 @@ func TestIssue12Rows(t *testing.T) {
 	}
 	mem := rows["memory"]
 	require.Len(t, mem, len(targets))
-	assert.Equal(t, []string{"-", "-", "-"}, mem[:3])
+	assert.Equal(t, []string{"-", "-", "-", "-"}, mem[:4])
 	cellRE := regexp.MustCompile(`^([0-9.]+) MiB after mount, [+-][0-9.]+ after 30 files, [+-][0-9.]+ after 4 MiB \(peak [+-][0-9.]+; after GC [+-][0-9.]+, after drop_caches and GC [+-][0-9.]+\)$`)
-	for i, c := range mem[3:] {
+	for i, c := range mem[4:] {
 		m := cellRE.FindStringSubmatch(c)
-		require.NotNil(t, m, "memory on %s: %q", targets[3+i], c)
+		require.NotNil(t, m, "memory on %s: %q", targets[4+i], c)
 		rss, _ := strconv.ParseFloat(m[1], 64)
 		assert.Greater(t, rss, 1.0, "a daemon's RSS in MiB")
 	}

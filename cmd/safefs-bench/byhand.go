@@ -13,6 +13,12 @@ import (
 // there is no atomic append, only a durable one.
 const byHandTarget = "byhand"
 
+// byHandFUSETarget is the same careful program through go-fuse's example
+// loopback: what doing it right by hand costs on a plain FUSE mount, the
+// fair anchor for safefs's durable commits (which pay FUSE's round trips
+// too).
+const byHandFUSETarget = "byhand-loopback"
+
 // commit is one commit of data to name in the workload's directory:
 // open with flags, write, close; on the by-hand target the durable way.
 func (e *env) commit(name string, flags int, data []byte) error {

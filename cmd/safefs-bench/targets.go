@@ -37,7 +37,7 @@ var safefsTargets = []struct {
 
 // targetNames lists every target in table order.
 var targetNames = func() []string {
-	names := []string{"backing", byHandTarget, "loopback"}
+	names := []string{"backing", byHandTarget, "loopback", byHandFUSETarget}
 	for _, t := range safefsTargets {
 		names = append(names, t.name)
 	}
@@ -63,7 +63,7 @@ type target struct {
 	raw     string       // backing directory: untimed setup and cleanup go here directly
 	dir     string       // where the timed workloads run: the mountpoint, or raw for "backing"
 	unmount func() error // nil for "backing"
-	byHand  bool         // commits are made durably by hand (byHandTarget)
+	byHand  bool         // commits are made durably by hand (byHandTarget, byHandFUSETarget)
 	pid     int          // process -syscalls counts: the daemon, or this one by hand; 0 for none
 }
 
@@ -97,7 +97,9 @@ func newTarget(name, base string, log *zap.Logger, child bool) (_ *target, err e
 	if err := os.Mkdir(t.dir, 0o755); err != nil {
 		return nil, err
 	}
-	if child && name != "loopback" {
+	// -syscalls does not count it: its daemon is this process.
+	t.byHand = name == byHandFUSETarget
+	if child && name != "loopback" && !t.byHand {
 		t.unmount, t.pid, err = mountChild(name, t.raw, t.dir)
 	} else {
 		t.unmount, err = mountTarget(name, t.raw, t.dir, log)
@@ -111,7 +113,7 @@ func newTarget(name, base string, log *zap.Logger, child bool) (_ *target, err e
 
 // mountTarget mounts the FUSE target name of raw on dir and returns its unmount.
 func mountTarget(name, raw, dir string, log *zap.Logger) (func() error, error) {
-	if name == "loopback" {
+	if name == "loopback" || name == byHandFUSETarget {
 		return mountLoopback(raw, dir)
 	}
 	o, err := safefsOptions(name)

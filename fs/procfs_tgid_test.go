@@ -56,3 +56,20 @@ func lockedThread() (uint32, chan struct{}) {
 	}()
 	return <-tid, done
 }
+
+// A live thread has its descriptor table: the kill check answers it
+// without reading /proc/<pid>/stat (Linux 6.2+ counts the table's
+// descriptors in the size of /proc/<pid>/fd). A dying one is the mount's
+// self-test's case (a writer killed by SIGKILL does not commit).
+func TestHasFilesLiveThread(t *testing.T) {
+	if !kernelAtLeast(t, 6, 2) {
+		// The size is 0 there: every check reads /proc/<pid>/stat.
+		assert.False(t, hasFiles(uint32(os.Getpid())))
+		return
+	}
+	other, done := lockedThread()
+	defer close(done)
+	assert.True(t, hasFiles(uint32(os.Getpid())))
+	assert.True(t, hasFiles(other), "a thread's own /proc/<tid>/fd")
+	assert.False(t, killedBySignal(other))
+}

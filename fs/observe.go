@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -204,7 +203,7 @@ func cmdlineOf(pid uint32) func() string {
 			}
 			// A dying process (a killed writer's close) has no
 			// memory left to read it from: its name, as ps.
-			comm, err := readProc("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/comm")
+			comm, err := readProc(pidPath(pid, "comm"))
 			if err != nil {
 				return ""
 			}

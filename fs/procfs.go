@@ -3,7 +3,6 @@ package fs
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -30,6 +29,11 @@ func boundedFor[T any](wait time.Duration, def T, fn func() T) T {
 	case <-time.After(wait):
 		return def
 	}
+}
+
+// pidPath is /proc/<pid>/name.
+func pidPath(pid uint32, name string) string {
+	return "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/" + name
 }
 
 // Linux task flags (include/linux/sched.h).
@@ -60,7 +64,7 @@ func killedBySignal(pid uint32) bool {
 // commit's own newfstatat, which the fault tests aim at.)
 func hasFiles(pid uint32) bool {
 	var st unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, "/proc/"+strconv.FormatUint(uint64(pid), 10)+"/fd", 0, unix.STATX_SIZE, &st)
+	err := unix.Statx(unix.AT_FDCWD, pidPath(pid, "fd"), 0, unix.STATX_SIZE, &st)
 	return err == nil && st.Size > 0
 }
 
@@ -76,7 +80,7 @@ func taskFlags(pid uint32) (uint64, error) {
 // statField returns field n (from 1, as proc(5) counts) of
 // /proc/<pid>/stat, for n past the command name (field 2).
 func statField(pid uint32, n int) (string, error) {
-	b, err := readProcLine("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	b, err := readProcLine(pidPath(pid, "stat"))
 	if err != nil {
 		return "", err
 	}
@@ -95,7 +99,7 @@ func statField(pid uint32, n int) (string, error) {
 // procArgs returns pid's command line (its first cmdlineMax bytes), nil
 // when it cannot be read or is empty. Callers bound the read.
 func procArgs(pid uint32) []string {
-	b, err := readProc("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/cmdline")
+	b, err := readProc(pidPath(pid, "cmdline"))
 	if err != nil {
 		return nil
 	}
@@ -162,7 +166,7 @@ func procStatus(pid uint32, field string) string {
 }
 
 func readStatus(pid uint32, field string) string {
-	b, err := readProc(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := readProc(pidPath(pid, "status"))
 	if err != nil {
 		return ""
 	}
@@ -229,12 +233,12 @@ func holdsOpen(pid uint32, ino uint64, mnt int) bool {
 	})
 }
 
-// anyFdinfo reports whether the test is holds for the /proc/<pid>/fdinfo
-// file of one of process pid's descriptors; def if they cannot be
-// listed, or not in time (bounded).
+// anyFdinfo reports whether is holds for the /proc/<pid>/fdinfo file
+// of one of process pid's descriptors; def if they cannot be listed, or
+// not in time (bounded).
 func anyFdinfo(pid uint32, def bool, is func(fdinfo string) bool) bool {
 	return bounded(def, func() bool {
-		dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+		dir := pidPath(pid, "fdinfo")
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			return def

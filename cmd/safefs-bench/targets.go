@@ -97,9 +97,10 @@ func newTarget(name, base string, log *zap.Logger, child bool) (_ *target, err e
 	if err := os.Mkdir(t.dir, 0o755); err != nil {
 		return nil, err
 	}
-	// -syscalls does not count it: its daemon is this process.
 	t.byHand = name == byHandFUSETarget
-	if child && name != "loopback" && !t.byHand {
+	// The loopbacks are served by this process (-syscalls does not count
+	// them), a safefs target by a child with child.
+	if child && isSafefs(name) {
 		t.unmount, t.pid, err = mountChild(name, t.raw, t.dir)
 	} else {
 		t.unmount, err = mountTarget(name, t.raw, t.dir, log)

@@ -29,7 +29,13 @@ func mountForTest(t *testing.T, edits ...func(*Options)) (*Server, string, strin
 	require.NoError(t, os.Mkdir(mnt, 0o755))
 	o := DefaultOptions()
 	o.Log = zaptest.NewLogger(t)
-	o.Passthrough = os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1"
+	// As testfs.OptionsFromEnv, which this package cannot import.
+	if os.Getenv("SAFEFS_TEST_CACHE") == "direct" {
+		o.VersionCache, o.Passthrough = false, false
+	}
+	if v := os.Getenv("SAFEFS_TEST_PASSTHROUGH"); v != "" {
+		o.Passthrough = v == "1"
+	}
 	for _, e := range edits {
 		e(&o)
 	}

@@ -123,6 +123,11 @@ func (r *root) recover() (journal.Summary, error) {
 // and mounts safefs on mountpoint. It returns once the mount is visible
 // in /proc/mounts (type fuse.safefs).
 func Mount(backing, mountpoint string, o Options) (*Server, error) {
+	if o.VersionCache && o.Cluster != nil {
+		// A version adopted from another daemon does not move the
+		// file's kernel inodes on.
+		return nil, errors.New("VersionCache is not built for cluster mode")
+	}
 	if o.VersionCache && o.ScriptLocks == nil {
 		// One file, several kernel inodes: the kernel's locks would not
 		// exclude across them.

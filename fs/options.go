@@ -64,13 +64,15 @@ type Options struct {
 // DefaultOptions are the documented defaults of `safefs mount`.
 func DefaultOptions() Options {
 	return Options{
-		LockTimeout: 10 * time.Second,
-		MaxWaiters:  256,
-		Durable:     true,
-		KillCheck:   true,
-		RMWAuto:     true,
-		RMWHold:     time.Second,
-		RMWWait:     3 * time.Second,
-		StagingPool: 4,
+		LockTimeout:  10 * time.Second,
+		MaxWaiters:   256,
+		Durable:      true,
+		KillCheck:    true,
+		RMWAuto:      true,
+		RMWHold:      time.Second,
+		RMWWait:      3 * time.Second,
+		StagingPool:  4,
+		VersionCache: true,
+		Passthrough:  true,
 	}
 }

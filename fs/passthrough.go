@@ -115,7 +115,8 @@ func (r *root) ptBacking(fd *os.File) (int32, bool) {
 	if errno != 0 {
 		r.pt.off.Store(true)
 		r.pt.once.Do(func() {
-			r.log.Warn("passthrough unavailable: reads stay direct I/O (needs CAP_SYS_ADMIN and kernel 6.9+)",
+			// On by default: unprivileged mounts land here.
+			r.log.Info("passthrough unavailable (needs CAP_SYS_ADMIN and kernel 6.9+): readers read through the daemon",
 				zap.Error(errno))
 		})
 		return 0, false

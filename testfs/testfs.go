@@ -132,19 +132,23 @@ func rmwFromEnv(o *fs.Options) {
 	}
 }
 
-// OptionsFromEnv turns passthrough=read on when
-// SAFEFS_TEST_PASSTHROUGH=1, durability=none when
-// SAFEFS_TEST_DURABILITY=none, and locks=daemon when
-// SAFEFS_TEST_LOCKS=daemon, and cache=version when
-// SAFEFS_TEST_CACHE=version, so that a whole suite runs with them.
+// OptionsFromEnv applies the test environment to the options, so that a
+// whole suite runs with them: SAFEFS_TEST_CACHE=direct turns cache=version
+// off (and passthrough=read, unless SAFEFS_TEST_PASSTHROUGH=1 keeps it),
+// SAFEFS_TEST_PASSTHROUGH=0 or 1 turns passthrough=read off or on,
+// SAFEFS_TEST_DURABILITY=none sets durability=none and
+// SAFEFS_TEST_LOCKS=daemon sets locks=daemon.
 func OptionsFromEnv(o *fs.Options) {
-	if os.Getenv("SAFEFS_TEST_CACHE") == "version" {
-		o.VersionCache = true
+	if os.Getenv("SAFEFS_TEST_CACHE") == "direct" {
+		o.VersionCache, o.Passthrough = false, false
 	}
 	if os.Getenv("SAFEFS_TEST_LOCKS") == "daemon" && o.ScriptLocks == nil {
 		o.ScriptLocks = scriptlock.NewMemory()
 	}
-	if os.Getenv("SAFEFS_TEST_PASSTHROUGH") == "1" {
+	switch os.Getenv("SAFEFS_TEST_PASSTHROUGH") {
+	case "0":
+		o.Passthrough = false
+	case "1":
 		o.Passthrough = true
 	}
 	if os.Getenv("SAFEFS_TEST_DURABILITY") == "none" {

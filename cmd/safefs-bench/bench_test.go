@@ -51,7 +51,7 @@ func TestUnsafeLoss(t *testing.T) {
 
 // TestTargetNames: every safefs variant of the table is a target.
 func TestTargetNames(t *testing.T) {
-	assert.Equal(t, []string{"backing", "byhand", "loopback", "byhand-loopback", "safefs", "safefs-none", "safefs-audit", "safefs-rmw-off", "safefs-passthrough", "safefs-locks", "safefs-cache", "safefs-cache-pt"}, targetNames)
+	assert.Equal(t, []string{"backing", "byhand", "loopback", "byhand-loopback", "safefs", "safefs-none", "safefs-audit", "safefs-rmw-off", "safefs-nopt", "safefs-direct", "safefs-direct-none", "safefs-passthrough", "safefs-locks"}, targetNames)
 }
 
 var (

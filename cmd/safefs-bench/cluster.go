@@ -123,7 +123,7 @@ func clusterMounts(dir, etcdURL string, r clusterRow) (mnts []string, stop func(
 				return nil, nil, err
 			}
 			conns = append(conns, c)
-			o.Cluster = c
+			o.Cluster, o.VersionCache, o.Passthrough = c, false, false
 		}
 		mnt := filepath.Join(root, fmt.Sprintf("mnt%d", i))
 		if err := os.Mkdir(mnt, 0o755); err != nil {

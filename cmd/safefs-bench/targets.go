@@ -29,10 +29,14 @@ var safefsTargets = []struct {
 	{"safefs-none", func(o *safefs.Options) { o.Durable = false }},
 	{"safefs-audit", func(o *safefs.Options) {}}, // with an audit trail (benchAudit)
 	{"safefs-rmw-off", func(o *safefs.Options) { o.RMWAuto, o.RMWGlobs = false, nil }},
-	{"safefs-passthrough", func(o *safefs.Options) { o.Passthrough = true }},
-	{"safefs-locks", func(o *safefs.Options) { o.ScriptLocks = scriptlock.NewMemory() }}, // locks=daemon
-	{"safefs-cache", func(o *safefs.Options) { o.VersionCache = true }},                  // cache=version
-	{"safefs-cache-pt", func(o *safefs.Options) { o.VersionCache, o.Passthrough = true, true }},
+	{"safefs-nopt", func(o *safefs.Options) { o.Passthrough = false }}, // cache=version alone
+	// cache=direct: one kernel inode per file, the default until 2026-12-05.
+	{"safefs-direct", func(o *safefs.Options) { o.VersionCache, o.Passthrough = false, false }},
+	{"safefs-direct-none", func(o *safefs.Options) { o.VersionCache, o.Passthrough, o.Durable = false, false, false }},
+	{"safefs-passthrough", func(o *safefs.Options) { o.VersionCache = false }}, // cache=direct,passthrough=read
+	{"safefs-locks", func(o *safefs.Options) { // cache=direct,locks=daemon
+		o.VersionCache, o.Passthrough, o.ScriptLocks = false, false, scriptlock.NewMemory()
+	}},
 }
 
 // targetNames lists every target in table order.

@@ -23,7 +23,12 @@ type mountConfig struct {
 	pprof       string // HOST:PORT serving net/http/pprof; "" for off
 	daemonLocks bool   // locks=daemon: script locks decided in the daemon
 	cluster     clusterConfig
+	given       givenOptions
 }
+
+// givenOptions records the options whose defaults depend on others, when
+// the command line set them (settleCache).
+type givenOptions struct{ cache, passthrough, locks bool }
 
 func defaultMountConfig() mountConfig {
 	return mountConfig{fs: fs.DefaultOptions(), logFormat: "console", logLevel: "info", cluster: defaultClusterConfig()}
@@ -64,12 +69,12 @@ var mountOptions = []mountOption{
 	{name: "staging_pool", value: "N", help: "empty staging files made ahead of the opens that need them (0: each open creates its own)",
 		show: func(c mountConfig) string { return strconv.Itoa(c.fs.StagingPool) },
 		set:  func(c *mountConfig, v string) error { return setCount(&c.fs.StagingPool, v, 0) }},
-	{name: "passthrough", value: "off|read", help: "read: a reader alone on a file's version reads it through the kernel from the backing file (FUSE passthrough; needs root), not through the daemon",
+	{name: "passthrough", value: "off|read", help: "read: a reader alone on a file's version reads it through the kernel from the backing file (FUSE passthrough; needs root and kernel 6.9+, else reads stay as without it), not through the daemon; default off with cache=direct",
 		show: func(c mountConfig) string { return passthroughName(c.fs.Passthrough) },
 		set:  setPassthrough},
-	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, not by the kernel per inode (in cluster mode they always are, in etcd)",
+	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, not by the kernel per inode (in cluster mode they always are, in etcd; with cache=version too); kernel: implies cache=direct",
 		show: locksName, set: setLocks},
-	{name: "cache", value: "direct|version", help: "version (experimental): readers alone on a file's version read it through the kernel's page cache, on a kernel inode of that version; writers stay direct; with passthrough=read, readers of versions of 1 MiB or more read the version's backing file (implies locks=daemon; not in cluster mode)",
+	{name: "cache", value: "direct|version", help: "version: readers alone on a file's version read it through the kernel's page cache, on a kernel inode of that version; writers stay direct; with passthrough=read, readers of versions of 1 MiB or more read the version's backing file (implies locks=daemon); direct: every open is direct I/O on one kernel inode per file (the default in cluster mode and with locks=kernel)",
 		show: func(c mountConfig) string { return cacheName(c.fs.VersionCache) },
 		set:  setCache},
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
@@ -408,11 +413,30 @@ func parseMountArgs(args []string) (mountArgs, error) {
 		return a, failf(exitUsage, "mount needs BACKING and MOUNTPOINT, got %d arguments (see safefs mount --help)", len(pos))
 	}
 	a.backing, a.mountpoint = pos[0], pos[1]
-	if a.cfg.fs.VersionCache && a.cfg.cluster.mode != "" {
-		return a, failf(exitUsage, "cache=version is not built for cluster mode yet")
+	if err := a.cfg.settleCache(); err != nil {
+		return a, err
 	}
 	err := a.cfg.cluster.check()
 	return a, err
+}
+
+// settleCache turns cache=version off where it cannot serve: in cluster
+// mode (a version adopted from another daemon does not move a file's
+// kernel inodes on) and with the kernel's locks (they would not exclude
+// across a file's kernel inodes). Asked for there, it is refused.
+// passthrough=read alone is the older experiment: on only if asked.
+func (c *mountConfig) settleCache() error {
+	kernelLocks := c.given.locks && !c.daemonLocks
+	if c.fs.VersionCache && (c.cluster.mode != "" || kernelLocks) {
+		if c.given.cache {
+			return failf(exitUsage, "cache=version cannot serve cluster mode or locks=kernel: use cache=direct")
+		}
+		c.fs.VersionCache = false
+	}
+	if !c.fs.VersionCache && !c.given.passthrough {
+		c.fs.Passthrough = false
+	}
+	return nil
 }
 
 func passthroughName(on bool) string {
@@ -427,6 +451,7 @@ func setCache(c *mountConfig, v string) error {
 	switch v {
 	case "direct", "version":
 		c.fs.VersionCache = v == "version"
+		c.given.cache = true
 		return nil
 	}
 	return fmt.Errorf("cache=%q: want direct or version", v)
@@ -443,6 +468,7 @@ func setLocks(c *mountConfig, v string) error {
 	switch v {
 	case "kernel", "daemon":
 		c.daemonLocks = v == "daemon"
+		c.given.locks = true
 		return nil
 	}
 	return fmt.Errorf("locks=%q: want kernel or daemon", v)
@@ -465,5 +491,6 @@ func setPassthrough(c *mountConfig, v string) error {
 	default:
 		return fmt.Errorf("passthrough=%q: want off or read", v)
 	}
+	c.given.passthrough = true
 	return nil
 }

@@ -48,13 +48,27 @@ func TestParseMountArgs(t *testing.T) {
 			c.fs.RMWAuto, c.fs.RMWGlobs = true, []string{"*.cnt"}
 		}},
 		{"rmw off", "-o rmw=auto:x,rmw=off b m", func(c *mountConfig) { c.fs.RMWAuto, c.fs.RMWGlobs = false, nil }},
-		{"passthrough read", "-o passthrough=read b m", func(c *mountConfig) { c.fs.Passthrough = true }},
-		{"passthrough off", "-o passthrough=read,passthrough=off b m", func(*mountConfig) {}},
-		{"locks daemon", "-o locks=daemon b m", func(c *mountConfig) { c.daemonLocks = true }},
-		{"locks kernel", "-o locks=daemon,locks=kernel b m", func(*mountConfig) {}},
-		{"cache version", "-o cache=version b m", func(c *mountConfig) { c.fs.VersionCache = true }},
-		{"cache version passthrough", "-o cache=version,passthrough=read b m", func(c *mountConfig) {
-			c.fs.VersionCache, c.fs.Passthrough = true, true
+		{"passthrough read", "-o passthrough=read b m", func(c *mountConfig) { c.given.passthrough = true }},
+		{"passthrough off", "-o passthrough=read,passthrough=off b m", func(c *mountConfig) {
+			c.fs.Passthrough, c.given.passthrough = false, true
+		}},
+		{"locks daemon", "-o locks=daemon b m", func(c *mountConfig) { c.daemonLocks, c.given.locks = true, true }},
+		{"locks kernel means cache direct", "-o locks=daemon,locks=kernel b m", func(c *mountConfig) {
+			c.given.locks, c.fs.VersionCache, c.fs.Passthrough = true, false, false
+		}},
+		{"cache version", "-o cache=version b m", func(c *mountConfig) { c.given.cache = true }},
+		{"cache direct", "-o cache=direct b m", func(c *mountConfig) {
+			c.given.cache, c.fs.VersionCache, c.fs.Passthrough = true, false, false
+		}},
+		{"cache direct passthrough read", "-o passthrough=read,cache=direct b m", func(c *mountConfig) {
+			c.given.cache, c.given.passthrough, c.fs.VersionCache = true, true, false
+		}},
+		{"cluster means cache direct", "-o cluster=etcd,etcd=http://127.0.0.1:1 b m", func(c *mountConfig) {
+			c.cluster.mode, c.cluster.endpoints = "etcd", []string{"http://127.0.0.1:1"}
+			c.fs.VersionCache, c.fs.Passthrough = false, false
+		}},
+		{"cache version locks daemon", "-o cache=version,locks=daemon b m", func(c *mountConfig) {
+			c.given.cache, c.given.locks, c.daemonLocks = true, true, true
 		}},
 	}
 	for _, tt := range tests {
@@ -79,6 +93,7 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o passthrough b m", "-o passthrough=on b m", "-o locks b m", "-o locks=etcd b m",
 		"-o cache b m", "-o cache=page b m",
 		"-o cache=version,cluster=etcd,etcd=http://127.0.0.1:1 b m",
+		"-o cache=version,locks=kernel b m", "-o locks=kernel,cache=version b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))
@@ -94,7 +109,9 @@ func TestDefaultsMatchFS(t *testing.T) {
 	assert.True(t, c.fs.Durable)
 	assert.True(t, c.fs.KillCheck)
 	assert.False(t, c.fs.ReadOnly)
-	assert.False(t, c.fs.Passthrough)
+	assert.True(t, c.fs.VersionCache)
+	assert.True(t, c.fs.Passthrough)
+	assert.Equal(t, "daemon", locksName(c))
 	assert.Equal(t, "console", c.logFormat)
 	assert.Equal(t, "info", c.logLevel)
 }

@@ -7,9 +7,12 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -237,8 +240,36 @@ func (p *mountProc) waitMounted(t *testing.T) {
 	case <-p.exited:
 		t.Fatalf("safefs mount exited before mounting (%v); stderr:\n%s", p.waitErr, p.out)
 	case <-time.After(mountLimit):
-		t.Fatalf("no \"mounted\" line after %v; stderr:\n%s", mountLimit, p.out)
+		kids := p.dumpStacks()
+		t.Fatalf("no \"mounted\" line after %v; its children's kernel stacks:\n%s\nstderr (goroutines at the end):\n%s",
+			mountLimit, kids, p.out)
 	}
+}
+
+// dumpStacks tells what a hung daemon waits for: its children's kernel
+// stacks (the self-test's shell, in a FUSE request), then SIGQUIT, which
+// makes the Go runtime print every goroutine to stderr and exit.
+func (p *mountProc) dumpStacks() string {
+	var kids strings.Builder
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		// PID (COMM) STATE PPID ...
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if err != nil || len(f) < 2 || f[1] != strconv.Itoa(p.cmd.Process.Pid) {
+			continue
+		}
+		dir := filepath.Dir(st)
+		cmdline, _ := os.ReadFile(dir + "/cmdline")
+		stack, _ := os.ReadFile(dir + "/stack")
+		fmt.Fprintf(&kids, "%s %q:\n%s", dir, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}), stack)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+	}
+	return kids.String()
 }
 
 // exitCode waits for the daemon to end and returns its exit code.

@@ -291,9 +291,10 @@ func (n *Node) entryFile(nm string, st *unix.Stat_t) *file {
 func (n *Node) nodeFor(ctx context.Context, f *file, st *unix.Stat_t, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(&out.Attr, st, f.ino)
 	nn := n.r.newNode(f)
-	in := n.NewInode(ctx, nn, f.identityNow())
+	id := f.identityNow(callerTid(ctx))
+	in := n.NewInode(ctx, nn, id)
 	if in.Operations() == gofs.InodeEmbedder(nn) {
-		n.r.made(nn)
+		n.r.made(nn, id.Gen)
 	}
 	return in
 }

@@ -135,9 +135,11 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if isWrite(flags) && !journalable(n.path()) {
 		return nil, 0, syscall.ENAMETOOLONG
 	}
-	if tid := callerTid(ctx); isWrite(flags) && !n.writerMayOpen(tid) || !isWrite(flags) && !n.readerMayOpen(tid) {
+	tid := callerTid(ctx)
+	if isWrite(flags) && !n.writerMayOpen(tid) || !isWrite(flags) && !n.readerMayOpen(tid) {
 		return nil, 0, syscall.ESTALE // the kernel looks the name up again
 	}
+	defer n.openDone(tid)
 	// A session is waited for before the version is opened, so the
 	// opener reads what the previous holder committed.
 	sess := n.rmwEnter(ctx)

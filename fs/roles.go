@@ -46,14 +46,15 @@ type roles struct {
 	// current is the last node of the current generation an open
 	// reached, nil once forgotten.
 	current *Node
-	// writers: threads whose write open was sent on, and when. Until
-	// each one's retry arrives (or retryWindow passed), nodes start
-	// direct: other opens may move the file on meanwhile, and its retry
-	// must not meet cached readers again.
+	// writers: threads whose write open was sent on, when, and to which
+	// generation: their retries' lookups get it (routeOf), and until
+	// each one's retry arrives (or retryWindow passed) its node starts
+	// direct and other opens there are sent on (routedElsewhere): its
+	// retry must not meet cached readers again, nor readers its
+	// truncation. sent: the same for readers, whose retry is never sent
+	// on again.
 	writers threadTimes
-	// sent: when each thread was last sent on: a reader's retry is
-	// never sent on again.
-	sent threadTimes
+	sent    threadTimes
 	// moving: an open was sent to a new node and has not reached it. The
 	// kernel may forget that node between the two lookups of its retry;
 	// the file must stay in the tables (else the retry meets a new
@@ -78,27 +79,48 @@ type nodeRoles struct {
 	directReads int
 	wrote       int64 // when a writer last opened it (ns), 0: never
 	pt          ptNode
+	// opening: threads whose open of n was let through and has no
+	// handle yet, true for a writer: a reader and a writer deciding at
+	// once must see each other (othersHold sees handles only).
+	opening map[uint32]bool
 }
 
-// threadTimes is when each thread was sent on (ns).
-type threadTimes map[uint32]int64
+// threadTimes is when each thread was sent on (ns), and the generation
+// its retry's lookups get (route).
+type threadTimes map[uint32]sentOn
 
-// note records that thread tid was sent on at now.
-func (m *threadTimes) note(tid uint32, now int64) {
+type sentOn struct {
+	at  int64
+	gen uint64
+}
+
+// note records that thread tid was sent on at now, to generation gen.
+func (m *threadTimes) note(tid uint32, now int64, gen uint64) {
 	if *m == nil {
 		*m = threadTimes{}
 	}
-	(*m)[tid] = now
+	(*m)[tid] = sentOn{now, gen}
 }
 
 // prune forgets the threads sent on retryWindow ago or more: their
 // retries are over.
 func (m threadTimes) prune(now int64) {
-	for t, at := range m {
-		if now-at >= int64(retryWindow) {
+	for t, s := range m {
+		if now-s.at >= int64(retryWindow) {
 			delete(m, t)
 		}
 	}
+}
+
+// toGen reports whether a thread other than tid was sent on to
+// generation gen and has not reached it.
+func (m threadTimes) toGen(tid uint32, gen uint64, now int64) bool {
+	for t, s := range m {
+		if t != tid && s.gen == gen && now-s.at < int64(retryWindow) {
+			return true
+		}
+	}
+	return false
 }
 
 // readerMoveAfter is how long after its last writer's open a direct
@@ -110,17 +132,40 @@ const readerMoveAfter = time.Second
 // (immediate: the same system call walks the path again).
 const retryWindow = time.Second
 
-// identityNow is the identity of the node lookups give now.
-func (f *file) identityNow() gofs.StableAttr {
+// identityNow is the identity of the node a lookup by thread tid gets
+// now: the generation it was sent on to while its retry is on its way
+// (so that two opens sent on at once do not meet on the newest node),
+// else the current one.
+func (f *file) identityNow(tid uint32) gofs.StableAttr {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return gofs.StableAttr{Mode: f.kind, Ino: f.ino, Gen: f.curGen()}
+	return gofs.StableAttr{Mode: f.kind, Ino: f.ino, Gen: f.routeOf(tid)}
 }
 
-// made records that node n was just made for f: it starts fresh for the
-// version f has now, or direct while a writer sent on is on its way.
+// routeOf is the generation thread tid's lookups get (f.mu held).
+func (f *file) routeOf(tid uint32) uint64 {
+	now := time.Now().UnixNano()
+	for _, m := range []threadTimes{f.roles.writers, f.roles.sent} {
+		if s, ok := m[tid]; ok && tid != 0 && now-s.at < int64(retryWindow) {
+			return s.gen
+		}
+	}
+	return f.curGen()
+}
+
+// routedElsewhere reports whether n's generation was given to another
+// thread's retry that has not reached it (f.mu held): n is kept for it.
+func (n *Node) routedElsewhere(tid uint32) bool {
+	now := time.Now().UnixNano()
+	f := n.f
+	return f.roles.writers.toGen(tid, n.rl.gen, now) || f.roles.sent.toGen(tid, n.rl.gen, now)
+}
+
+// made records that node n of generation gen was just made for f: it
+// starts fresh for the version f has now, or direct when a writer sent
+// on is on its way to it.
 // (Two lookups may each make one; go-fuse keeps one, so both start alike.)
-func (r *root) made(n *Node) {
+func (r *root) made(n *Node, gen uint64) {
 	if !r.opts.VersionCache {
 		return
 	}
@@ -129,8 +174,8 @@ func (r *root) made(n *Node) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.roles.live++
-	n.rl.ver, n.rl.key, n.rl.gen = f.version, k, f.curGen()
-	if now := time.Now().UnixNano(); f.writerPending(now) {
+	n.rl.ver, n.rl.key, n.rl.gen = f.version, k, gen
+	if now := time.Now().UnixNano(); f.roles.writers.toGen(0, gen, now) {
 		// As if written now: readers move on after readerMoveAfter.
 		n.rl.role, n.rl.wrote = roleDirect, now
 	}
@@ -171,17 +216,79 @@ func (n *Node) writerMayOpen(tid uint32) bool {
 	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
 		return true
 	}
+	readers := n.othersHold(tid, func(h *handle) bool { return !h.write })
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if n.rl.cached > 0 || n.rl.pt.open > 0 {
+	readers = readers || n.othersOpening(tid, false) || n.routedElsewhere(tid)
+	if n.rl.cached > 0 || n.rl.pt.open > 0 || readers && !f.writerSent(tid) {
+		now := time.Now().UnixNano()
+		f.roles.writers.prune(now)
 		f.moveOn(n.r)
-		f.roles.writers.note(tid, time.Now().UnixNano())
+		f.roles.writers.note(tid, now, f.roles.kgen)
 		n.r.log.Debug("cache: a writer moves to a node of its own", zap.Uint64("ino", f.ino), zap.Uint64("gen", f.roles.kgen))
 		return false
 	}
 	n.writerCame(tid)
+	n.noteOpening(tid, true)
 	return true
+}
+
+// noteOpening marks thread tid's open of n let through (f.mu held),
+// until openDone.
+func (n *Node) noteOpening(tid uint32, write bool) {
+	if n.rl.opening == nil {
+		n.rl.opening = map[uint32]bool{}
+	}
+	n.rl.opening[tid] = write
+}
+
+// openDone ends thread tid's open of n: its handle, if any, counts now.
+func (n *Node) openDone(tid uint32) {
+	if !n.r.opts.VersionCache {
+		return
+	}
+	n.f.mu.Lock()
+	delete(n.rl.opening, tid)
+	n.f.mu.Unlock()
+}
+
+// othersOpening reports whether a thread other than tid is opening n,
+// a writer if write, else a reader (f.mu held).
+func (n *Node) othersOpening(tid uint32, write bool) bool {
+	for t, w := range n.rl.opening {
+		if t != tid && w == write {
+			return true
+		}
+	}
+	return false
+}
+
+// othersHold reports whether a process other than thread tid's holds a
+// handle opened through n that is accepts. A writer's truncation (its
+// O_TRUNC open, ftruncate) cuts the kernel's size of n, and a map of n
+// by another process then faults (SIGBUS) past it: such a writer and
+// such a reader do not share a node.
+func (n *Node) othersHold(tid uint32, is func(*handle) bool) bool {
+	f := n.f
+	f.mu.Lock()
+	some := n.handle(func(h *handle) bool { return h.tid != tid && is(h) }) != nil
+	f.mu.Unlock()
+	if !some {
+		return false
+	}
+	tgid := f.tgidOf(tid)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return n.handle(func(h *handle) bool { return h.tgid != tgid && is(h) }) != nil
+}
+
+// writerSent reports whether thread tid's write open was sent on within
+// retryWindow (f.mu held): its retry is never sent on again (a second
+// ESTALE fails the open).
+func (f *file) writerSent(tid uint32) bool {
+	s, ok := f.roles.writers[tid]
+	return ok && time.Now().UnixNano()-s.at < int64(retryWindow)
 }
 
 // writerCame makes n a writer's node (f.mu held): direct, and the
@@ -193,13 +300,6 @@ func (n *Node) writerCame(tid uint32) {
 	delete(n.f.roles.writers, tid)
 }
 
-// writerPending reports whether a writer sent on may still be on its
-// way to its node (f.mu held); forgets those past retryWindow.
-func (f *file) writerPending(now int64) bool {
-	f.roles.writers.prune(now)
-	return len(f.roles.writers) > 0
-}
-
 // readerMayOpen decides a read-only open of n by thread tid; false: it
 // is sent to a node of a new generation (answer ESTALE), made for the
 // version the file has then. Its retry is never sent on again.
@@ -207,19 +307,43 @@ func (n *Node) readerMayOpen(tid uint32) bool {
 	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
 		return true
 	}
-	big := n.ptBig()
 	f := n.f
+	if f.retrying(tid) {
+		f.mu.Lock()
+		n.noteOpening(tid, false)
+		f.mu.Unlock()
+		return true
+	}
+	big := n.ptBig()
+	// Another process's handle on n showing another version than this
+	// open's: a writer's pending one (its truncation may have cut n's
+	// size, see othersHold) or an older reader's (n's pages are shared:
+	// its map and this one would mix). f.mu is held in the test.
+	cut := n.othersHold(tid, func(h *handle) bool {
+		return h.write && h.settled.Load() != f.version+1 || !h.write && h.baseVer != f.version
+	})
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now().UnixNano()
-	if !n.readerMoves(big) || now-f.roles.sent[tid] < int64(retryWindow) {
+	if !cut && !n.othersOpening(tid, true) && !n.routedElsewhere(tid) && !n.readerMoves(big) {
+		n.noteOpening(tid, false)
 		return true
 	}
 	f.roles.sent.prune(now)
-	f.roles.sent.note(tid, now)
 	f.moveOn(n.r)
+	f.roles.sent.note(tid, now, f.roles.kgen)
 	n.r.log.Debug("cache: a reader moves to a node of its own", zap.Uint64("ino", f.ino), zap.Uint64("gen", f.roles.kgen))
 	return false
+}
+
+// retrying reports whether thread tid's read-only open is the retry of
+// one sent on (its next open, within retryWindow): it is not sent again.
+func (f *file) retrying(tid uint32) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.roles.sent[tid]
+	delete(f.roles.sent, tid)
+	return ok && time.Now().UnixNano()-s.at < int64(retryWindow)
 }
 
 // readerMoves (f.mu held): n is a reader node of an older version while

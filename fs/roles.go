@@ -94,6 +94,9 @@ type sentOn struct {
 	gen uint64
 }
 
+// live reports whether the retry sent on at s.at may still come at now.
+func (s sentOn) live(now int64) bool { return now-s.at < int64(retryWindow) }
+
 // note records that thread tid was sent on at now, to generation gen.
 func (m *threadTimes) note(tid uint32, now int64, gen uint64) {
 	if *m == nil {
@@ -106,7 +109,7 @@ func (m *threadTimes) note(tid uint32, now int64, gen uint64) {
 // retries are over.
 func (m threadTimes) prune(now int64) {
 	for t, s := range m {
-		if now-s.at >= int64(retryWindow) {
+		if !s.live(now) {
 			delete(m, t)
 		}
 	}
@@ -116,7 +119,7 @@ func (m threadTimes) prune(now int64) {
 // generation gen and has not reached it.
 func (m threadTimes) toGen(tid uint32, gen uint64, now int64) bool {
 	for t, s := range m {
-		if t != tid && s.gen == gen && now-s.at < int64(retryWindow) {
+		if t != tid && s.gen == gen && s.live(now) {
 			return true
 		}
 	}
@@ -146,7 +149,7 @@ func (f *file) identityNow(tid uint32) gofs.StableAttr {
 func (f *file) routeOf(tid uint32) uint64 {
 	now := time.Now().UnixNano()
 	for _, m := range []threadTimes{f.roles.writers, f.roles.sent} {
-		if s, ok := m[tid]; ok && tid != 0 && now-s.at < int64(retryWindow) {
+		if s, ok := m[tid]; ok && tid != 0 && s.live(now) {
 			return s.gen
 		}
 	}
@@ -265,7 +268,7 @@ func (n *Node) othersOpening(tid uint32, write bool) bool {
 }
 
 // othersHold reports whether a process other than thread tid's holds a
-// handle opened through n that is accepts. A writer's truncation (its
+// handle opened through n that is accepts (f.mu not held). A writer's truncation (its
 // O_TRUNC open, ftruncate) cuts the kernel's size of n, and a map of n
 // by another process then faults (SIGBUS) past it: such a writer and
 // such a reader do not share a node.
@@ -288,7 +291,7 @@ func (n *Node) othersHold(tid uint32, is func(*handle) bool) bool {
 // ESTALE fails the open).
 func (f *file) writerSent(tid uint32) bool {
 	s, ok := f.roles.writers[tid]
-	return ok && time.Now().UnixNano()-s.at < int64(retryWindow)
+	return ok && s.live(time.Now().UnixNano())
 }
 
 // writerCame makes n a writer's node (f.mu held): direct, and the
@@ -343,7 +346,7 @@ func (f *file) retrying(tid uint32) bool {
 	defer f.mu.Unlock()
 	s, ok := f.roles.sent[tid]
 	delete(f.roles.sent, tid)
-	return ok && time.Now().UnixNano()-s.at < int64(retryWindow)
+	return ok && s.live(time.Now().UnixNano())
 }
 
 // readerMoves (f.mu held): n is a reader node of an older version while

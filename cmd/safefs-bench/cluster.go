@@ -123,7 +123,8 @@ func clusterMounts(dir, etcdURL string, r clusterRow) (mnts []string, stop func(
 				return nil, nil, err
 			}
 			conns = append(conns, c)
-			o.Cluster, o.VersionCache, o.Passthrough = c, false, false
+			cacheDirect(&o)
+			o.Cluster = c
 		}
 		mnt := filepath.Join(root, fmt.Sprintf("mnt%d", i))
 		if err := os.Mkdir(mnt, 0o755); err != nil {

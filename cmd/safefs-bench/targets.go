@@ -30,14 +30,15 @@ var safefsTargets = []struct {
 	{"safefs-audit", func(o *safefs.Options) {}}, // with an audit trail (benchAudit)
 	{"safefs-rmw-off", func(o *safefs.Options) { o.RMWAuto, o.RMWGlobs = false, nil }},
 	{"safefs-nopt", func(o *safefs.Options) { o.Passthrough = false }}, // cache=version alone
-	// cache=direct: one kernel inode per file, the default until 2026-12-05.
-	{"safefs-direct", func(o *safefs.Options) { o.VersionCache, o.Passthrough = false, false }},
-	{"safefs-direct-none", func(o *safefs.Options) { o.VersionCache, o.Passthrough, o.Durable = false, false, false }},
-	{"safefs-passthrough", func(o *safefs.Options) { o.VersionCache = false }}, // cache=direct,passthrough=read
-	{"safefs-locks", func(o *safefs.Options) { // cache=direct,locks=daemon
-		o.VersionCache, o.Passthrough, o.ScriptLocks = false, false, scriptlock.NewMemory()
-	}},
+	{"safefs-direct", cacheDirect},
+	{"safefs-direct-none", func(o *safefs.Options) { cacheDirect(o); o.Durable = false }},
+	{"safefs-passthrough", func(o *safefs.Options) { o.VersionCache = false }},                           // cache=direct,passthrough=read
+	{"safefs-locks", func(o *safefs.Options) { cacheDirect(o); o.ScriptLocks = scriptlock.NewMemory() }}, // locks=daemon
 }
+
+// cacheDirect is cache=direct (passthrough off with it): one kernel
+// inode per file, the default until 2026-12-05; cluster mode's too.
+func cacheDirect(o *safefs.Options) { o.VersionCache, o.Passthrough = false, false }
 
 // targetNames lists every target in table order.
 var targetNames = func() []string {

@@ -136,7 +136,10 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, syscall.ENAMETOOLONG
 	}
 	tid := callerTid(ctx)
-	if isWrite(flags) && !n.writerMayOpen(tid) || !isWrite(flags) && !n.readerMayOpen(tid) {
+	retry := n.r.refused.take(tid)
+	if isWrite(flags) && !n.writerMayOpen(tid, retry) || !isWrite(flags) && !n.readerMayOpen(tid, retry) {
+		n.r.refused.note(tid)
+		n.r.crash("open-refused")     // a stop point for tests only
 		return nil, 0, syscall.ESTALE // the kernel looks the name up again
 	}
 	defer n.openDone(tid)
@@ -151,6 +154,9 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	n.rmwOpened(h, sess, flags)
 	if err != nil {
 		n.r.files.give(callerUID(ctx))
+		if errors.Is(err, syscall.ESTALE) {
+			n.r.refused.note(tid)
+		}
 		return nil, 0, n.errno(err)
 	}
 	return h, n.openReply(ctx, h), 0
@@ -197,6 +203,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
+	n.r.refused.take(callerTid(ctx)) // a refused open's retry may come as a create
 	if err := n.r.takeFile(ctx); err != nil {
 		return nil, nil, 0, n.errno(err)
 	}

@@ -214,8 +214,9 @@ func (f *file) moveOn(r *root) {
 // node whose pages readers hold open sends the writer to a new one
 // (false: answer ESTALE): its size and truncation would reach them. Any
 // other becomes direct at once, so that a reader opening meanwhile does
-// not cache it.
-func (n *Node) writerMayOpen(tid uint32) bool {
+// not cache it. A retry (of an open refused) is never sent on: the
+// kernel would fail it.
+func (n *Node) writerMayOpen(tid uint32, retry bool) bool {
 	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
 		return true
 	}
@@ -224,7 +225,7 @@ func (n *Node) writerMayOpen(tid uint32) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	readers = readers || n.othersOpening(tid, false) || n.routedElsewhere(tid)
-	if n.rl.cached > 0 || n.rl.pt.open > 0 || readers && !f.writerSent(tid) {
+	if !retry && !f.writerSent(tid) && (n.rl.cached > 0 || n.rl.pt.open > 0 || readers) {
 		now := time.Now().UnixNano()
 		f.roles.writers.prune(now)
 		f.moveOn(n.r)
@@ -305,13 +306,14 @@ func (n *Node) writerCame(tid uint32) {
 
 // readerMayOpen decides a read-only open of n by thread tid; false: it
 // is sent to a node of a new generation (answer ESTALE), made for the
-// version the file has then. Its retry is never sent on again.
-func (n *Node) readerMayOpen(tid uint32) bool {
+// version the file has then. Its retry (retry, or the file's own mark)
+// is never sent on again.
+func (n *Node) readerMayOpen(tid uint32, retry bool) bool {
 	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
 		return true
 	}
 	f := n.f
-	if f.retrying(tid) {
+	if f.retrying(tid) || retry {
 		f.mu.Lock()
 		n.noteOpening(tid, false)
 		f.mu.Unlock()

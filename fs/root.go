@@ -59,6 +59,7 @@ type root struct {
 	ckMu       sync.Mutex    // one checkpoint at a time
 	book       lockBook      // script locks held through this daemon (locks.go)
 	pt         ptRoot        // passthrough (passthrough.go)
+	refused    refusals      // opens answered ESTALE, whose retry passes (refused.go)
 	// writesUncache: the kernel drops an inode's cached size and times
 	// at each write(2) itself (FUSE 7.35, Linux 5.16; see uncache).
 	writesUncache atomic.Bool

@@ -29,22 +29,24 @@ func TestRefusedOpenRetryPasses(t *testing.T) {
 	defer r1.Close()
 
 	var fired atomic.Bool
-	var r2 *os.File
+	r2 := make(chan *os.File, 1) // the reader opened by the hook
 	at := func(point string) {
 		if point == "open-refused" && fired.CompareAndSwap(false, true) {
 			// The retry comes after its route has lapsed, and a
 			// reader caches the node it will come to.
 			time.Sleep(retryWindow + 100*time.Millisecond)
-			var err error
-			r2, err = os.Open(p)
+			f, err := os.Open(p)
 			assert.NoError(t, err, "a reader during the writer's refusal")
+			r2 <- f
 		}
 	}
 	srv.r.atPoint.Store(&at)
 	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
 	srv.r.atPoint.Store(nil)
-	if r2 != nil {
-		defer r2.Close()
+	if fired.Load() {
+		if f := <-r2; f != nil {
+			defer f.Close()
+		}
 	}
 	if err == nil {
 		_, werr := w.WriteString("v2\n")

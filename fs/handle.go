@@ -60,6 +60,8 @@ type handle struct {
 	closed  bool       // released: base and first are gone
 	private bool       // an O_TMPFILE file not linked yet: writes go to base
 	cached  bool       // reads through its node's page cache (roles.go)
+	// verKey: a reader's version, its backing inode (readerMixes).
+	verKey key
 	obs     *commitObs // the commit in progress, with an Observer
 	// pendingSeen: the pending size at the last look of Server.Gauges.
 	pendingSeen atomic.Int64

@@ -151,6 +151,14 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, n.errno(err)
 	}
 	h, err := n.open(ctx, flags)
+	if err == nil && n.readerMixes(h, retry) {
+		n.rmwOpened(nil, sess, flags)
+		h.mu.Lock()
+		h.close() // gives its file slot back
+		h.mu.Unlock()
+		n.r.refused.note(tid)
+		return nil, 0, syscall.ESTALE
+	}
 	n.rmwOpened(h, sess, flags)
 	if err != nil {
 		n.r.files.give(callerUID(ctx))

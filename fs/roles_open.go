@@ -124,21 +124,67 @@ func (n *Node) readerMayOpen(tid uint32, retry bool) bool {
 	// open's: a writer's pending one (its truncation may have cut n's
 	// size, see othersHold) or an older reader's (n's pages are shared:
 	// its map and this one would mix). f.mu is held in the test.
-	cut := n.othersHold(tid, func(h *handle) bool {
-		return h.write && h.settled.Load() != f.version+1 || !h.write && h.baseVer != f.version
-	})
+	cut := n.othersHold(tid, f.showsOther)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := time.Now().UnixNano()
 	if !cut && !n.othersOpening(tid, true) && !n.routedElsewhere(tid) && !n.readerMoves(big) {
 		n.noteOpening(tid, false)
 		return true
 	}
+	n.sendReaderOn(tid)
+	return false
+}
+
+// showsOther reports whether handle h shows another version than the
+// file's committed one (f.mu held): a writer's pending one, or an older
+// reader's.
+func (f *file) showsOther(h *handle) bool {
+	return h.write && h.settled.Load() != f.version+1 || !h.write && h.baseVer != f.version
+}
+
+// sendReaderOn moves f to a new generation for reader thread tid's
+// retry (f.mu held).
+func (n *Node) sendReaderOn(tid uint32) {
+	f := n.f
+	now := time.Now().UnixNano()
 	f.roles.sent.prune(now)
 	f.moveOn(n.r)
 	f.roles.sent.note(tid, now, f.roles.kgen)
 	n.r.log.Debug("cache: a reader moves to a node of its own", zap.Uint64("ino", f.ino), zap.Uint64("gen", f.roles.kgen))
-	return false
+}
+
+// readerMixes reports whether reader h, just opened through n, would
+// share n's pages with another process's handle of another version; if
+// so h's thread is sent on, as readerMayOpen would have. A commit can
+// come between readerMayOpen and the open of h's version, and the
+// version counter moves after the rename: two readers with one baseVer
+// opened two versions, and their maps mixed them in n's pages. So the
+// versions are compared by backing inode. A retry is let through.
+func (n *Node) readerMixes(h *handle, retry bool) bool {
+	f := n.f
+	if !n.r.opts.VersionCache || f.kind != unix.S_IFREG || h.write {
+		return false
+	}
+	st, err := fstat(int(h.base.Fd()))
+	if err != nil {
+		return false
+	}
+	f.mu.Lock()
+	h.verKey = keyOf(&st)
+	f.mu.Unlock()
+	if retry {
+		return false
+	}
+	committed := n.r.ids.current(f)
+	if !n.othersHold(h.tid, func(o *handle) bool {
+		return o != h && (o.write && (o.settled.Load() != f.version+1 || committed != h.verKey) || !o.write && o.verKey != h.verKey)
+	}) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n.sendReaderOn(h.tid)
+	return true
 }
 
 // retrying reports whether thread tid's read-only open is the retry of

@@ -56,13 +56,13 @@ type handle struct {
 	// wrote: a write(2) reached this handle since its open or settle, so
 	// the kernel has dropped the attributes it cached before (uncache).
 	wrote   bool
-	closer  uint32     // the thread whose close() is committing, 0 if none
-	closed  bool       // released: base and first are gone
-	private bool       // an O_TMPFILE file not linked yet: writes go to base
-	cached  bool       // reads through its node's page cache (roles.go)
+	closer  uint32 // the thread whose close() is committing, 0 if none
+	closed  bool   // released: base and first are gone
+	private bool   // an O_TMPFILE file not linked yet: writes go to base
+	cached  bool   // reads through its node's page cache (roles.go)
 	// verKey: a reader's version, its backing inode (readerMixes).
 	verKey key
-	obs     *commitObs // the commit in progress, with an Observer
+	obs    *commitObs // the commit in progress, with an Observer
 	// pendingSeen: the pending size at the last look of Server.Gauges.
 	pendingSeen atomic.Int64
 	// mapped: a shared map of this handle has faulted pages in (see

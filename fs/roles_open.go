@@ -177,7 +177,10 @@ func (n *Node) readerMixes(h *handle, retry bool) bool {
 	}
 	committed := n.r.ids.current(f)
 	if !n.othersHold(h.tid, func(o *handle) bool {
-		return o != h && (o.write && (o.settled.Load() != f.version+1 || committed != h.verKey) || !o.write && o.verKey != h.verKey)
+		if o.write {
+			return f.showsOther(o) || committed != h.verKey // a pending version, or not h's
+		}
+		return o != h && o.verKey != h.verKey
 	}) {
 		return false
 	}

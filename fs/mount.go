@@ -263,7 +263,7 @@ func (r *root) fuseOptions(backing string) *gofs.Options {
 		// direct I/O (see mmapNote).
 		ExtraCapabilities:  fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_DONT_MASK | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		DisableReadDirPlus: true,
-		MaxWrite:           1 << 20,
+		MaxWrite:           maxWrite,
 		// Reads answer from memory (ReadResultData), which go-fuse
 		// would still first try to splice: a pipe written, given up
 		// and drained, four calls per READ for nothing.

@@ -160,6 +160,7 @@ func counter(t *testing.T, b []byte) int {
 // lost (read-modify-write race), but no request ever reads an empty file,
 // a torn count, or 0 once the count was above 0 (contract 1, 2).
 func TestContractNaiveCounter(t *testing.T) {
+	t.Parallel() // heavy: see the package doc
 	m, www, dir := setup(t)
 	file := filepath.Join(dir, "count.txt")
 	RunPerl(t, &www, "write.pl", file, ">", "0\n")
@@ -187,6 +188,7 @@ func TestContractNaiveCounter(t *testing.T) {
 // across the lock file's own commits. 8 processes x 50 increments for the
 // kernel locks, 8 x 25 for the spinning ones.
 func TestContractLockedCounters(t *testing.T) {
+	t.Parallel() // heavy: see the package doc
 	m, www, _ := setup(t)
 	methods := []struct {
 		name string
@@ -248,6 +250,7 @@ var entryLine = regexp.MustCompile(`^w=(\d+) s=(\d+) l=(\d+)/(\d+) -{24}$`)
 // entries in the order it wrote them (each close committed before the
 // next open).
 func TestContractAppenders(t *testing.T) {
+	t.Parallel() // heavy: see the package doc
 	m, www, dir := setup(t)
 	file := filepath.Join(dir, "guestbook.txt")
 	RunPerl(t, &www, "write.pl", file, ">", "")

@@ -52,6 +52,7 @@ func TestDBMSingle(t *testing.T) {
 // is exact, every process's own key holds its count, and no process read
 // a count below one it had written.
 func TestDBMConcurrent(t *testing.T) {
+	t.Parallel() // heavy: see the package doc
 	// durability=none: 16000 commits; the fsyncs double their cost and are
 	// not what this test is about (the other DBM tests run the default).
 	m, www, dir := setup(t, func(o *fs.Options) { o.Durable = false })

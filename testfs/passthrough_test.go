@@ -19,6 +19,7 @@ import (
 // Readers alone on the database are passed through, and a writer that
 // opens right after one gets the reader's backing file for its maps.
 func TestPassthroughDBMReadersAndWriters(t *testing.T) {
+	t.Parallel() // heavy: see the package doc
 	m, www, dir := setup(t, func(o *fs.Options) { o.Durable, o.Passthrough, o.VersionCache = false, true, false })
 	for _, module := range dbmModules { // the databases exist for the readers
 		RunPerl(t, &www, "dbm_counter.pl", module, filepath.Join(dir, "hits_"+module), "1")

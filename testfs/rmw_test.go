@@ -89,6 +89,7 @@ func naive(t *testing.T, m *Mount, www Cred, file string, start int) {
 // concurrent requests keep every increment. The pair is logged and
 // stored in the internal directory.
 func TestRMWNaiveCounterAuto(t *testing.T) {
+	t.Parallel() // heavy: see the package doc
 	m, www, dir, logs := rmwSetup(t, func(o *fs.Options) { o.RMWAuto, o.RMWWait = true, exactWait })
 	file := newCounter(t, www, dir, "count.txt")
 	RunPerl(t, &www, "naive_counter.pl", file, "1") // the learning increment
@@ -108,6 +109,7 @@ func TestRMWNaiveCounterAuto(t *testing.T) {
 // TestRMWNaiveCounterGlob: rmw=GLOB selects the file for every process
 // from the start: 16 x 400 exact.
 func TestRMWNaiveCounterGlob(t *testing.T) {
+	t.Parallel() // heavy: see the package doc
 	m, www, dir, _ := rmwSetup(t, func(o *fs.Options) { o.RMWGlobs, o.RMWWait = []string{"*.txt"}, exactWait })
 	file := newCounter(t, www, dir, "count.txt")
 	naive(t, m, www, file, 0)

@@ -1,4 +1,11 @@
 // Package testfs mounts safefs for tests and runs workloads against it.
+//
+// The heaviest tests (30 s or more under -race: many Perl processes,
+// thousands of commits) call t.Parallel, so go test runs them two at a
+// time after the others: one alone leaves part of the machine idle
+// (FUSE round trips, Perl start-up), and they are CI's critical path.
+// TestPosixMount stays serial: go-fuse's FdLeak test counts the test
+// process's descriptors, which another mount in the process changes.
 package testfs
 
 import (

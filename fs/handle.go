@@ -52,7 +52,7 @@ type handle struct {
 	// written yet. A shell's `cmd > file` closes such a descriptor after
 	// moving it to stdout: that close must not publish an empty file.
 	truncOnly bool
-	flushed   bool // closed once and not used since: likely not what a stat means
+	flushed   atomic.Bool // closed once and not used since: likely not what a stat means
 	// wrote: a write(2) reached this handle since its open or settle, so
 	// the kernel has dropped the attributes it cached before (uncache).
 	wrote   bool
@@ -127,7 +127,7 @@ func (h *handle) baseFlags() int {
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.flushed = false
+	h.flushed.Store(false)
 	h.rmw.read = true
 	if err := h.refresh(); err != nil {
 		return nil, h.errno(err)
@@ -231,7 +231,7 @@ func (h *handle) roomForCopy(f *os.File) error {
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.flushed = false
+	h.flushed.Store(false)
 	if h.private {
 		n, err := unix.Pwrite(int(h.base.Fd()), data, off)
 		return uint32(max(n, 0)), h.errno(err)
@@ -430,7 +430,7 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.flushed = true
+	h.flushed.Store(true)
 	if !h.dirty {
 		h.settle()
 		return 0
@@ -551,7 +551,7 @@ func (h *handle) rank() int {
 	switch {
 	case h.stage != nil, h.newFile:
 		return 2
-	case h.flushed:
+	case h.flushed.Load():
 		return 0
 	}
 	return 1

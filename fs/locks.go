@@ -257,13 +257,20 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 		}
 		// An unlock is never given up half way for an interrupt.
 		ctx = context.Background()
+		if flags&releasing != 0 {
+			n.r.crash("flock-release") // a stop point for tests only
+		}
 	}
 	fl := n.r.book.begin(n.f, n.lockPath())
 	before := n.r.book.holds(n.f, o)
 	// Read before the request: a lease changed meanwhile is then seen as
 	// lost (refused at commit), never the other way round.
 	who := holder{pid: lk.Pid, lease: leaseOf(sl)}
-	held, err := sl.Set(ctx, n.lockRequest(fl.key, o, lk), wait)
+	req := n.lockRequest(fl.key, o, lk)
+	held, err := sl.Set(ctx, req, wait)
+	if !wait && o.flock && errors.Is(err, scriptlock.ErrConflict) && n.r.book.closedHolders(n.f, o) {
+		held, err = awaitRelease(ctx, sl, req) // locks_closed.go
+	}
 	if errors.Is(err, scriptlock.ErrUnavailable) {
 		held = before // unknown: an unlock at close tries again
 	}

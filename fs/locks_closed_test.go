@@ -1,0 +1,74 @@
+package fs
+
+import (
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A flock lock ends when its holder closes the file, so a LOCK_NB attempt
+// right after gets it, as on a plain directory: through the daemon's
+// locks the kernel's release comes after close() returned
+// (locks_closed.go), here held 20 ms at a stop point so that every round
+// meets it. While a dup of the holder's descriptor lives, the attempt is
+// refused on both.
+func TestFlockNonBlockingAfterClose(t *testing.T) {
+	srv, _, mnt := mountForTest(t)
+	var released atomic.Int64
+	at := func(point string) {
+		if point == "flock-release" {
+			released.Add(1)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	srv.r.atPoint.Store(&at)
+	defer srv.r.atPoint.Store(nil)
+	for _, dir := range []string{t.TempDir(), mnt} {
+		p := filepath.Join(dir, "lock")
+		out, err := exec.Command("perl", "-e", flockAfterClose, p, "50").CombinedOutput()
+		require.NoError(t, err, "%s: %s", dir, out)
+		require.Equal(t, "refused 0 of 50\n", string(out), dir)
+		out, err = exec.Command("perl", "-e", flockWhileDup, p).CombinedOutput()
+		require.NoError(t, err, "%s: %s", dir, out)
+		require.Equal(t, "refused\nreleased\n", string(out), dir)
+	}
+	if srv.r.opts.ScriptLocks != nil {
+		require.Positive(t, released.Load(), "no flock release reached the stop point")
+	}
+}
+
+// flockAfterClose locks and closes, then at once tries LOCK_NB on a new
+// descriptor, n times, and counts the refusals.
+const flockAfterClose = `use Fcntl ':flock';
+my ($p, $n) = @ARGV;
+my $refused = 0;
+for (1 .. $n) {
+	open(my $a, '>>', $p) or die "open: $!";
+	flock($a, LOCK_EX) or die "flock: $!";
+	close($a) or die "close: $!";
+	open(my $b, '<', $p) or die "open: $!";
+	flock($b, LOCK_EX | LOCK_NB) or $refused++;
+	close($b);
+}
+print "refused $refused of $n\n";`
+
+// flockWhileDup: a lock held through a dup of a closed descriptor still
+// excludes, and ends with the dup's close.
+const flockWhileDup = `use Fcntl ':flock';
+my ($p) = @ARGV;
+open(my $a, '<', $p) or die "open: $!";
+flock($a, LOCK_EX) or die "flock: $!";
+open(my $a2, '<&', $a) or die "dup: $!";
+close($a);
+open(my $b, '<', $p) or die "open: $!";
+print flock($b, LOCK_EX | LOCK_NB) ? "got\n" : "refused\n";
+close($a2);
+for (1 .. 5000) {
+	if (flock($b, LOCK_EX | LOCK_NB)) { print "released\n"; exit 0 }
+	select(undef, undef, undef, 0.001);
+}
+print "still held\n";`

@@ -47,12 +47,12 @@ const flockAfterClose = `use Fcntl ':flock';
 my ($p, $n) = @ARGV;
 my $refused = 0;
 for (1 .. $n) {
-	open(my $a, '>>', $p) or die "open: $!";
-	flock($a, LOCK_EX) or die "flock: $!";
-	close($a) or die "close: $!";
-	open(my $b, '<', $p) or die "open: $!";
-	flock($b, LOCK_EX | LOCK_NB) or $refused++;
-	close($b);
+	open(my $held, '>>', $p) or die "open: $!";
+	flock($held, LOCK_EX) or die "flock: $!";
+	close($held) or die "close: $!";
+	open(my $try, '<', $p) or die "open: $!";
+	flock($try, LOCK_EX | LOCK_NB) or $refused++;
+	close($try);
 }
 print "refused $refused of $n\n";`
 
@@ -60,15 +60,15 @@ print "refused $refused of $n\n";`
 // excludes, and ends with the dup's close.
 const flockWhileDup = `use Fcntl ':flock';
 my ($p) = @ARGV;
-open(my $a, '<', $p) or die "open: $!";
-flock($a, LOCK_EX) or die "flock: $!";
-open(my $a2, '<&', $a) or die "dup: $!";
-close($a);
-open(my $b, '<', $p) or die "open: $!";
-print flock($b, LOCK_EX | LOCK_NB) ? "got\n" : "refused\n";
-close($a2);
+open(my $held, '<', $p) or die "open: $!";
+flock($held, LOCK_EX) or die "flock: $!";
+open(my $dup, '<&', $held) or die "dup: $!";
+close($held);
+open(my $try, '<', $p) or die "open: $!";
+print flock($try, LOCK_EX | LOCK_NB) ? "got\n" : "refused\n";
+close($dup);
 for (1 .. 5000) {
-	if (flock($b, LOCK_EX | LOCK_NB)) { print "released\n"; exit 0 }
+	if (flock($try, LOCK_EX | LOCK_NB)) { print "released\n"; exit 0 }
 	select(undef, undef, undef, 0.001);
 }
 print "still held\n";`

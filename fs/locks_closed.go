@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -47,12 +48,13 @@ func (b *lockBook) closedHolders(f *file, o lockOwner) bool {
 }
 
 // awaitRelease is a non-blocking flock request r retried as a wait of at
-// most closedLockWait; anything but the lock is a conflict.
+// most closedLockWait; a wait that ends without the lock (its time up,
+// or the request interrupted) is a conflict.
 func awaitRelease(ctx context.Context, sl scriptlock.Locker, r scriptlock.Request) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, closedLockWait)
 	defer cancel()
 	held, err := sl.Set(ctx, r, true)
-	if err != nil {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		err = scriptlock.ErrConflict
 	}
 	return held, err

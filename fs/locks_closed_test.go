@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"sync/atomic"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/scriptlock"
 )
 
 // A flock lock ends when its holder closes the file, so a LOCK_NB attempt
@@ -72,3 +75,43 @@ for (1 .. 5000) {
 	select(undef, undef, undef, 0.001);
 }
 print "still held\n";`
+
+// awaitRelease: a holder that lets go within the wait hands the lock
+// over; one that does not is a conflict (EAGAIN), as the attempt would
+// have been at once; a table that cannot be reached stays its own error
+// (ENOLCK), not a conflict.
+func TestAwaitRelease(t *testing.T) {
+	ctx := context.Background()
+	m := scriptlock.NewMemory()
+	lock := func(owner uint64, typ uint32) scriptlock.Request {
+		return scriptlock.Request{Key: "f", Owner: owner, Flock: true, Range: scriptlock.Range{End: scriptlock.MaxEnd, Type: typ}}
+	}
+	_, err := m.Set(ctx, lock(1, scriptlock.Write), false)
+	require.NoError(t, err)
+	held, err := awaitRelease(ctx, m, lock(2, scriptlock.Write))
+	require.ErrorIs(t, err, scriptlock.ErrConflict, "a holder that stays")
+	require.False(t, held)
+
+	go func() {
+		time.Sleep(closedLockWait / 4)
+		_, _ = m.Set(ctx, lock(1, scriptlock.Unlock), false)
+	}()
+	held, err = awaitRelease(ctx, m, lock(2, scriptlock.Write))
+	require.NoError(t, err, "a holder that lets go within the wait")
+	require.True(t, held)
+
+	held, err = awaitRelease(ctx, unreachable{}, lock(3, scriptlock.Write))
+	require.ErrorIs(t, err, scriptlock.ErrUnavailable)
+	require.False(t, held)
+}
+
+// unreachable is a lock table that cannot be reached.
+type unreachable struct{}
+
+func (unreachable) Get(context.Context, scriptlock.Request) (scriptlock.Held, bool, error) {
+	return scriptlock.Held{}, false, scriptlock.ErrUnavailable
+}
+
+func (unreachable) Set(context.Context, scriptlock.Request, bool) (bool, error) {
+	return false, scriptlock.ErrUnavailable
+}

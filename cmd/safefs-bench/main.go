@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,8 +74,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	etcdURL := fl.String("etcd", "", "with -cluster: the etcd (URL) the safefs-etcd rows lock through")
 	clusterTable := fl.Bool("cluster", false, "print only the cluster table: commits/s with in-process and etcd locks, 1 and 2 daemons (issue 13)")
 	clusterN := fl.Int("cluster-n", 200, "-cluster: commits per writer per cell")
+	cpuProfile := fl.String("cpuprofile", "", "write this process's CPU profile (client and in-process daemons) to this file")
 	if err := fl.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		stop, err := startProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if *clusterTable {
 		clusterBench(stdout, *dir, *etcdURL, *clusterN, *markdown)
@@ -330,4 +339,17 @@ func (s *sizeFlag) Set(v string) error {
 	}
 	*s = sizeFlag(n << shift)
 	return nil
+}
+
+// startProfile starts a CPU profile into path; stop ends it.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -29,7 +29,7 @@ type file struct {
 
 	mu    sync.Mutex
 	key   key
-	names map[name]struct{}
+	names nameSet
 	// ghost: O_PATH fd of the version that lost its last name through
 	// the mount (unlink, rename over it), so that an open the kernel
 	// resolved before that still opens it, and a symlink it resolved
@@ -70,21 +70,19 @@ func (f *file) identity() gofs.StableAttr {
 }
 
 func newFile(ino uint64, kind uint32, k key) *file {
-	return &file{ino: ino, kind: kind, key: k, names: map[name]struct{}{}, ghost: -1}
+	return &file{ino: ino, kind: kind, key: k, ghost: -1}
 }
 
 // addName names f n in dir; it reports whether f had not that name.
 func (f *file) addName(dir *Node, n string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, had := f.names[name{dir, n}]
-	f.names[name{dir, n}] = struct{}{}
-	return !had
+	return f.names.add(name{dir, n})
 }
 
 func (f *file) dropName(dir *Node, n string) {
 	f.mu.Lock()
-	delete(f.names, name{dir, n})
+	f.names.drop(name{dir, n})
 	f.mu.Unlock()
 }
 
@@ -92,21 +90,17 @@ func (f *file) dropName(dir *Node, n string) {
 func (f *file) anyName() (name, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for n := range f.names {
-		return n, true
+	if len(f.names) == 0 {
+		return name{}, false
 	}
-	return name{}, false
+	return f.names[0], true
 }
 
 // nameList returns all names of f.
 func (f *file) nameList() []name {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]name, 0, len(f.names))
-	for n := range f.names {
-		out = append(out, n)
-	}
-	return out
+	return slices.Clone(f.names)
 }
 
 func (f *file) addHandle(h *handle) {
@@ -257,14 +251,10 @@ func (f *file) handleCount() int {
 func (f *file) named(dir *Node, nm string, k key) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.names[name{dir, nm}]; ok || len(f.names) == 0 || len(f.handles) > 0 {
+	if f.names.has(name{dir, nm}) || len(f.names) == 0 || len(f.handles) > 0 {
 		return true
 	}
-	for o := range f.names {
-		if !o.leadsTo(k) {
-			delete(f.names, o)
-		}
-	}
+	f.names = slices.DeleteFunc(f.names, func(o name) bool { return !o.leadsTo(k) })
 	return len(f.names) > 0
 }
 

@@ -1,0 +1,28 @@
+package fs
+
+import "slices"
+
+// nameSet is a file's names. Most files have one, so it is a slice: a
+// map of one entry costs about 250 bytes for each file the kernel
+// remembers (the memory row of issue 12), a slice of one 24.
+type nameSet []name
+
+func (s nameSet) has(n name) bool { return slices.Contains(s, n) }
+
+// add reports whether n was not in s.
+func (s *nameSet) add(n name) bool {
+	if s.has(n) {
+		return false
+	}
+	*s = append(*s, n)
+	return true
+}
+
+func (s *nameSet) drop(n name) {
+	if i := slices.Index(*s, n); i >= 0 {
+		*s = slices.Delete(*s, i, i+1)
+	}
+	if len(*s) == 0 {
+		*s = nil // a file renamed often keeps no array
+	}
+}

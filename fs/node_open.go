@@ -151,7 +151,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, n.errno(err)
 	}
 	h, err := n.open(ctx, flags)
-	if err == nil && n.readerMixes(h, retry) {
+	var st *unix.Stat_t // the version opened, for openReply
+	mixes := false
+	if err == nil {
+		st, mixes = n.readerMixes(h, retry)
+	}
+	if mixes {
 		n.rmwOpened(nil, sess, flags)
 		h.mu.Lock()
 		h.close() // gives its file slot back
@@ -167,14 +172,14 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		return nil, 0, n.errno(err)
 	}
-	return h, n.openReply(ctx, h), 0
+	return h, n.openReply(ctx, h, st), 0
 }
 
 // openReply is the OPEN reply's flags: passthrough, the page cache of a
-// version's node, or direct I/O.
-func (n *Node) openReply(ctx context.Context, h *handle) uint32 {
+// version's node, or direct I/O. st: h's version if known (else nil).
+func (n *Node) openReply(ctx context.Context, h *handle, st *unix.Stat_t) uint32 {
 	if n.r.opts.VersionCache {
-		return n.openFlags(ctx, h)
+		return n.openFlags(ctx, h, st)
 	}
 	return n.ptOpen(ctx, h)
 }
@@ -227,7 +232,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	if h.write && n.r.opts.VersionCache {
 		h.n.markDirect(callerTid(ctx)) // a writer's node: direct
 	}
-	return in, h, h.n.openReply(ctx, h), 0
+	return in, h, h.n.openReply(ctx, h, nil), 0
 }
 
 func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, *handle, error) {

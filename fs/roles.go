@@ -236,17 +236,22 @@ func (n *Node) becomeDirect() {
 }
 
 // openFlags are the OPEN reply's flags for h on n.
-func (n *Node) openFlags(ctx context.Context, h *handle) uint32 {
+func (n *Node) openFlags(ctx context.Context, h *handle, st *unix.Stat_t) uint32 {
 	f := n.f
 	if !n.r.opts.VersionCache || f.kind != unix.S_IFREG || h.write || h.private {
 		return fuse.FOPEN_DIRECT_IO
 	}
 	// The version opened: a commit renames its new version in before it
 	// counts it (version), and an open in between reads the new one.
-	st, err := fstat(int(h.base.Fd()))
+	var err error
+	if st == nil {
+		var s unix.Stat_t
+		s, err = fstat(int(h.base.Fd()))
+		st = &s
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err != nil || keyOf(&st) != n.rl.key || n.rl.role == roleDirect || n.rl.ver != f.version || h.baseVer != f.version {
+	if err != nil || keyOf(st) != n.rl.key || n.rl.role == roleDirect || n.rl.ver != f.version || h.baseVer != f.version {
 		// Another version than the node's pages: direct. The node
 		// stays a reader while its cached readers are open, so that
 		// no writer joins them.
@@ -268,7 +273,7 @@ func (n *Node) openFlags(ctx context.Context, h *handle) uint32 {
 		f.roles.readers = map[*Node]struct{}{}
 	}
 	f.roles.readers[n] = struct{}{}
-	if n.ptReader(ctx, h, &st) {
+	if n.ptReader(ctx, h, st) {
 		return 0
 	}
 	return fuse.FOPEN_KEEP_CACHE

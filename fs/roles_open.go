@@ -159,21 +159,24 @@ func (n *Node) sendReaderOn(tid uint32) {
 // come between readerMayOpen and the open of h's version, and the
 // version counter moves after the rename: two readers with one baseVer
 // opened two versions, and their maps mixed them in n's pages. So the
-// versions are compared by backing inode. A retry is let through.
-func (n *Node) readerMixes(h *handle, retry bool) bool {
+// versions are compared by backing inode. A retry is let through. It
+// also gives the stat it took of h's version (nil: none), which the
+// reply's flags need too.
+func (n *Node) readerMixes(h *handle, retry bool) (*unix.Stat_t, bool) {
 	f := n.f
 	if !n.r.opts.VersionCache || f.kind != unix.S_IFREG || h.write {
-		return false
+		return nil, false
 	}
-	st, err := fstat(int(h.base.Fd()))
+	s, err := fstat(int(h.base.Fd()))
 	if err != nil {
-		return false
+		return nil, false
 	}
+	st := &s
 	f.mu.Lock()
-	h.verKey = keyOf(&st)
+	h.verKey = keyOf(st)
 	f.mu.Unlock()
 	if retry {
-		return false
+		return st, false
 	}
 	committed := n.r.ids.current(f)
 	if !n.othersHold(h.tid, func(o *handle) bool {
@@ -182,12 +185,12 @@ func (n *Node) readerMixes(h *handle, retry bool) bool {
 		}
 		return o != h && o.verKey != h.verKey
 	}) {
-		return false
+		return st, false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n.sendReaderOn(h.tid)
-	return true
+	return nil, true
 }
 
 // retrying reports whether thread tid's read-only open is the retry of

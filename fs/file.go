@@ -254,7 +254,7 @@ func (f *file) named(dir *Node, nm string, k key) bool {
 	if f.names.has(name{dir, nm}) || len(f.names) == 0 || len(f.handles) > 0 {
 		return true
 	}
-	f.names = slices.DeleteFunc(f.names, func(o name) bool { return !o.leadsTo(k) })
+	f.names.dropIf(func(o name) bool { return !o.leadsTo(k) })
 	return len(f.names) > 0
 }
 

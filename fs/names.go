@@ -18,10 +18,11 @@ func (s *nameSet) add(n name) bool {
 	return true
 }
 
-func (s *nameSet) drop(n name) {
-	if i := slices.Index(*s, n); i >= 0 {
-		*s = slices.Delete(*s, i, i+1)
-	}
+func (s *nameSet) drop(n name) { s.dropIf(func(o name) bool { return o == n }) }
+
+// dropIf drops the names gone reports.
+func (s *nameSet) dropIf(gone func(name) bool) {
+	*s = slices.DeleteFunc(*s, gone)
 	if len(*s) == 0 {
 		*s = nil // a file renamed often keeps no array
 	}

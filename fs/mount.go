@@ -178,7 +178,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.mountpoint = real
 	}
 	r.pool = newStagingPool(r.stagingfd, r.opts.StagingPool, r.log)
-	srv, err := serve(mountpoint, r.newNode(r.top), r.fuseOptions(backing))
+	srv, err := r.serve(mountpoint, backing)
 	if err != nil {
 		r.pool.close()
 		r.jr.Close()
@@ -195,22 +195,68 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	return &Server{srv: srv, r: r, unlock: s.unlock}, nil
 }
 
-// serve is gofs.Mount with rawFS in between.
-func serve(mountpoint string, top *Node, o *gofs.Options) (*fuse.Server, error) {
-	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(top, o), o.EnableLocks, &top.r.pt}, mountpoint, &o.MountOptions)
+// serve mounts the top on mountpoint, through a hidden root where the
+// mount can be swapped (mountroot.go), else as the FUSE root.
+func (r *root) serve(mountpoint, backing string) (*fuse.Server, error) {
+	if canSwapRoot(mountpoint) {
+		srv, err := r.serveTree(mountpoint, backing, true)
+		if err == nil {
+			if err = swapRoot(mountpoint); err == nil {
+				return r.served(srv), nil
+			}
+			r.log.Warn("the mount's root is the kernel's: its ACL is asked for at each path walk", zap.Error(err))
+			endServe(srv, err)
+		}
+		if !errors.Is(err, errSwap) {
+			return nil, err
+		}
+	}
+	srv, err := r.serveTree(mountpoint, backing, false)
 	if err != nil {
 		return nil, err
 	}
-	top.r.pt.srv.Store(srv)
+	return r.served(srv), nil
+}
+
+// endServe ends a mount whose root could not be swapped: still mounted
+// unless the swap got as far as detaching it.
+func endServe(srv *fuse.Server, err error) {
+	if !errors.Is(err, errSwapDetached) {
+		_ = srv.Unmount()
+	}
+	srv.Wait()
+}
+
+// serveTree is gofs.Mount with rawFS in between, of the top or of a
+// hidden root above it.
+func (r *root) serveTree(mountpoint, backing string, hidden bool) (*fuse.Server, error) {
+	top := r.newNode(r.top)
+	r.topNode = &top.Inode
+	var fuseRoot gofs.InodeEmbedder = top
+	rootIno := uint64(1)
+	if hidden {
+		fuseRoot, rootIno = &hiddenRoot{top: top}, hiddenRootIno
+	}
+	o := r.fuseOptions(backing, rootIno)
+	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(fuseRoot, o), o.EnableLocks, &r.pt}, mountpoint, &o.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	r.pt.srv.Store(srv)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()
 		return nil, err
 	}
-	closeOnExec()
-	top.r.writesUncache.Store(srv.KernelSettings().Minor >= 35)
-	top.r.noteMountID()
 	return srv, nil
+}
+
+// served finishes a mount whose root is in place.
+func (r *root) served(srv *fuse.Server) *fuse.Server {
+	closeOnExec()
+	r.writesUncache.Store(srv.KernelSettings().Minor >= 35)
+	r.noteMountID()
+	return srv
 }
 
 // noteMountID finds the mount's ID for holdsOpen; without it a close
@@ -245,7 +291,7 @@ func closeOnExec() {
 // mountName is the file system type's second part: fuse.safefs.
 const mountName = "safefs"
 
-func (r *root) fuseOptions(backing string) *gofs.Options {
+func (r *root) fuseOptions(backing string, rootIno uint64) *gofs.Options {
 	zero, entry := time.Duration(0), time.Second
 	mo := fuse.MountOptions{
 		AllowOther:  r.opts.AllowOther,
@@ -279,7 +325,7 @@ func (r *root) fuseOptions(backing string) *gofs.Options {
 		EntryTimeout:    &entry,
 		AttrTimeout:     &zero,
 		NegativeTimeout: &zero,
-		RootStableAttr:  &gofs.StableAttr{Ino: 1, Mode: unix.S_IFDIR},
+		RootStableAttr:  &gofs.StableAttr{Ino: rootIno, Mode: unix.S_IFDIR},
 		NullPermissions: true, // mode 000 must stay 000 for the kernel's checks
 		Logger:          zap.NewStdLog(r.log.Named("fuse")),
 	}

@@ -87,7 +87,7 @@ func (o name) rel() string {
 	if o.dir.isRoot() {
 		return o.name
 	}
-	return o.dir.Path(nil) + "/" + o.name
+	return o.dir.Path(o.dir.r.topNode) + "/" + o.name
 }
 
 func (n *Node) errno(err error) syscall.Errno {

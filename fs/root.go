@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -32,6 +33,7 @@ type root struct {
 	mntID atomic.Int64
 
 	top     *file
+	topNode *gofs.Inode // the top's node: names' paths end there (rel)
 	ids     *ids
 	locks   lockmgr.Backend
 	jr      *journal.Journal

@@ -65,10 +65,10 @@ var (
 func TestBenchRows(t *testing.T) {
 	testfs.Available(t)
 	requirePerl(t)
-	dir := t.TempDir()
+	dir := wwwDir(t) // stat-www stats as www-data
 	var out, errOut bytes.Buffer
 	err := run([]string{"-dir", dir, "-markdown", "-targets", "backing,byhand,loopback,safefs,safefs-none",
-		"-workloads", "seq-read-warm,mmap-read,stat,naive-counter",
+		"-workloads", "seq-read-warm,mmap-read,stat,stat-www,naive-counter",
 		"-seq-size", "4M", "-mmap-size", "1M", "-stat-n", "50", "-stat-passes", "2",
 		"-counter-procs", "4", "-counter-runs", "20"}, &out, &errOut)
 	t.Logf("table:\n%s\nstderr:\n%s", out.String(), errOut.String())
@@ -78,13 +78,13 @@ func TestBenchRows(t *testing.T) {
 	rows := markdownRows(t, out.String())
 	require.Equal(t, []string{"backing", "byhand", "loopback", "safefs", "safefs-none"}, rows["workload"])
 	// byhand (column 1) has only the commit rows: "-" in these.
-	for _, name := range []string{"seq-read-warm", "stat", "mmap-read", "naive counter, 4 x 20: kept / expected"} {
+	for _, name := range []string{"seq-read-warm", "stat", "stat-www", "mmap-read", "naive counter, 4 x 20: kept / expected"} {
 		require.Len(t, rows[name], 5, name)
 		assert.Equal(t, "-", rows[name][1], name)
 		rows[name] = append(rows[name][:1:1], rows[name][2:]...)
 	}
 	others := []string{"backing", "loopback", "safefs", "safefs-none"}
-	for _, name := range []string{"seq-read-warm", "stat"} {
+	for _, name := range []string{"seq-read-warm", "stat", "stat-www"} {
 		for i, c := range rows[name] {
 			assert.Regexp(t, rateCell, c, "%s on %s", name, others[i])
 		}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -105,6 +107,7 @@ var workloads = []workload{
 	{name: "append-1m", unit: "ops/s", setup: appendSetup(1 << 20), run: appendRun(1 << 20), commits: true},
 	{name: "append-1g", unit: "ops/s", setup: appendSetup(1 << 30), run: appendRun(1 << 30), commits: true},
 	{name: "stat", unit: "ops/s", setup: statSetup, run: statRun},
+	{name: "stat-www", unit: "ops/s", setup: statSetup, run: statWWW},
 	{name: "read-64k", unit: "reads/s", setup: read64kSetup, run: read64k},
 	{name: "naive-counter", unit: "kept", setup: counterSetup, run: counterRun, total: counterTotal, title: counterTitle},
 	{name: "flock-counter", unit: "commits/s", setup: counterSetup, run: flockRun, commits: true},
@@ -279,6 +282,49 @@ func statRun(e *env) (float64, error) {
 		}
 	}
 	return float64(e.cfg.statN * e.cfg.statPasses), nil
+}
+
+// statWWW is statRun as www-data, the web server's user, who owns
+// neither the target's directory nor its files: the kernel then checks
+// the directories' ACLs at each path walk.
+func statWWW(e *env) (float64, error) {
+	www, err := wwwData()
+	if err != nil {
+		return 0, err
+	}
+	type result struct {
+		n   float64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Credentials set by raw system calls are the thread's own: this
+		// one is never unlocked, so it ends with the goroutine.
+		runtime.LockOSThread()
+		if err := asUser(www); err != nil {
+			done <- result{err: err}
+			return
+		}
+		n, err := statRun(e)
+		done <- result{n, err}
+	}()
+	r := <-done
+	return r.n, r.err
+}
+
+// asUser gives the calling thread alone www's file system user, group
+// and no supplementary groups.
+func asUser(www *syscall.Credential) error {
+	if err := unix.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := unix.Setfsgid(int(www.Gid)); err != nil {
+		return fmt.Errorf("setfsgid: %w", err)
+	}
+	if err := unix.Setfsuid(int(www.Uid)); err != nil {
+		return fmt.Errorf("setfsuid: %w", err)
+	}
+	return nil
 }
 
 func statPass(e *env) error {

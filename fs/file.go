@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -23,6 +24,9 @@ type name struct {
 type file struct {
 	ino  uint64
 	kind uint32 // S_IFMT bits
+	// lockedOnce: a script lock was asked for on it through the mount
+	// (then its readers' closes come to the daemon: noFlush).
+	lockedOnce atomic.Bool
 	// gen tells this file's kernel inode from another's with the same
 	// number (see ids.newLocked).
 	gen uint64

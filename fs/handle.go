@@ -53,6 +53,8 @@ type handle struct {
 	// moving it to stdout: that close must not publish an empty file.
 	truncOnly bool
 	flushed   atomic.Bool // closed once and not used since: likely not what a stat means
+	// noFlush: a reader whose closes the kernel does not send (FOPEN_NOFLUSH).
+	noFlush atomic.Bool
 	// wrote: a write(2) reached this handle since its open or settle, so
 	// the kernel has dropped the attributes it cached before (uncache).
 	wrote   bool

@@ -20,8 +20,9 @@ import (
 const closedLockWait = 200 * time.Millisecond
 
 // closedHolders reports whether f has flock owners other than o, all of
-// them handles closed since their last use (flushed) or being released
-// (no longer numbered: dropFlock).
+// them handles closed since their last use (flushed), whose close the
+// daemon is not told of (noFlush), or being released (no longer
+// numbered: dropFlock).
 func (b *lockBook) closedHolders(f *file, o lockOwner) bool {
 	var ids []uint64
 	var hs []*handle
@@ -40,7 +41,7 @@ func (b *lockBook) closedHolders(f *file, o lockOwner) bool {
 	}
 	b.mu.Unlock()
 	for _, h := range hs {
-		if !h.flushed.Load() {
+		if !h.flushed.Load() && !h.noFlush.Load() {
 			return false
 		}
 	}

@@ -274,9 +274,23 @@ func (n *Node) openFlags(ctx context.Context, h *handle, st *unix.Stat_t) uint32
 	}
 	f.roles.readers[n] = struct{}{}
 	if n.ptReader(ctx, h, st) {
+		return h.closeFlags()
+	}
+	return fuse.FOPEN_KEEP_CACHE | h.closeFlags()
+}
+
+// closeFlags spares a reader's close() its FLUSH, which only drops the
+// closing process's fcntl locks on the file, while no script lock has
+// ever been asked for on it. Locks taken through the reader after all
+// end at its RELEASE (releaseOFD), its flock waits as if closed
+// (closedHolders); a process's lock taken through another descriptor
+// outlives this one's close (README, limitations).
+func (h *handle) closeFlags() uint32 {
+	if h.n.f.lockedOnce.Load() {
 		return 0
 	}
-	return fuse.FOPEN_KEEP_CACHE
+	h.noFlush.Store(true)
+	return fuse.FOPEN_NOFLUSH
 }
 
 // cachedReleased ends h's part in its node's page cache.

@@ -21,15 +21,7 @@ import (
 // refused on both.
 func TestFlockNonBlockingAfterClose(t *testing.T) {
 	srv, _, mnt := mountForTest(t)
-	var released atomic.Int64
-	at := func(point string) {
-		if point == "flock-release" {
-			released.Add(1)
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	srv.r.atPoint.Store(&at)
-	defer srv.r.atPoint.Store(nil)
+	released := holdAt(t, srv, "flock-release")
 	for _, dir := range []string{t.TempDir(), mnt} {
 		p := filepath.Join(dir, "lock")
 		out, err := exec.Command("perl", "-e", flockAfterClose, p, "50").CombinedOutput()
@@ -42,6 +34,20 @@ func TestFlockNonBlockingAfterClose(t *testing.T) {
 	if srv.r.opts.ScriptLocks != nil {
 		require.Positive(t, released.Load(), "no flock release reached the stop point")
 	}
+}
+
+// holdAt holds each request that reaches point 20 ms, and counts them.
+func holdAt(t *testing.T, srv *Server, point string) *atomic.Int64 {
+	var n atomic.Int64
+	at := func(p string) {
+		if p == point {
+			n.Add(1)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	srv.r.atPoint.Store(&at)
+	t.Cleanup(func() { srv.r.atPoint.Store(nil) })
+	return &n
 }
 
 // flockAfterClose locks and closes, then at once tries LOCK_NB on a new

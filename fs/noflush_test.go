@@ -5,9 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -56,15 +54,7 @@ func TestReaderNoFlushLocks(t *testing.T) {
 	for i := range n + 1 {
 		require.NoError(t, os.WriteFile(filepath.Join(backing, fmt.Sprintf("f.%d", i)), []byte("data\n"), 0o644))
 	}
-	var released atomic.Int64
-	at := func(point string) {
-		if point == "flock-released" {
-			released.Add(1)
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	srv.r.atPoint.Store(&at)
-	defer srv.r.atPoint.Store(nil)
+	released := holdAt(t, srv, "flock-released")
 
 	out, err := exec.Command("perl", "-e", fcntlReaderClosed, filepath.Join(mnt, "f.0")).CombinedOutput()
 	require.NoError(t, err, "%s", out)

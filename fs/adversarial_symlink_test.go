@@ -61,7 +61,11 @@ print "DONE ok=$ok err=$err\n";
 // cannot reach the sentinel (0700 root), so a change there can only come
 // from the daemon.
 func TestAdvSymlinkSwapRace(t *testing.T) {
-	m := testfs.New(t)
+	// The swaps leave names missing for moments; a cached absence would
+	// fail the workload's lookups for a second each and leave the
+	// daemon nothing to race. Without it the kernel may send any request
+	// sequence it would send with it, so the race covers both.
+	m := testfs.New(t, func(o *fs.Options) { o.AbsentCache = false })
 	www := testfs.LookupUser(t, "www-data")
 	sent := advSentinel(t)
 	before := advSnapshot(t, sent)

@@ -320,11 +320,19 @@ func (r *root) fuseOptions(backing string, rootIno uint64) *gofs.Options {
 	if r.opts.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
+	// A name that does not exist is as stale as one that does, for at
+	// most the entry timeout (a web server looks for .htaccess at each
+	// request); names made through the mount replace it at once. Not in
+	// a cluster, where another daemon makes names.
+	negative := zero
+	if r.opts.AbsentCache && !r.clustered() {
+		negative = entry
+	}
 	return &gofs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &zero,
-		NegativeTimeout: &zero,
+		NegativeTimeout: &negative,
 		RootStableAttr:  &gofs.StableAttr{Ino: rootIno, Mode: unix.S_IFDIR},
 		NullPermissions: true, // mode 000 must stay 000 for the kernel's checks
 		Logger:          zap.NewStdLog(r.log.Named("fuse")),

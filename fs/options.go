@@ -59,6 +59,10 @@ type Options struct {
 	// the page cache of a kernel inode of that version (roles.go).
 	// Needs script locks in the daemon: ScriptLocks is set if nil.
 	VersionCache bool
+	// AbsentCache: the kernel may keep a name's absence as long as a name
+	// (1 s): a name made directly in BACKING shows within that. Not in a
+	// cluster.
+	AbsentCache bool
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.
@@ -74,5 +78,6 @@ func DefaultOptions() Options {
 		StagingPool:  4,
 		VersionCache: true,
 		Passthrough:  true,
+		AbsentCache:  true,
 	}
 }

@@ -23,11 +23,16 @@ type aclProbe struct {
 	mnt  string
 }
 
-func newACLProbe(t *testing.T) *aclProbe {
+// mountTraced is mountForTest with the FUSE request trace in logs.
+func mountTraced(t *testing.T, edits ...func(*Options)) (*Server, string, string, *observer.ObservedLogs) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	_, backing, mnt := mountForTest(t, func(o *Options) {
-		o.Log, o.Debug, o.AllowOther = zap.New(core), true, true
-	})
+	edits = append(edits, func(o *Options) { o.Log, o.Debug = zap.New(core), true })
+	srv, backing, mnt := mountForTest(t, edits...)
+	return srv, backing, mnt, logs
+}
+
+func newACLProbe(t *testing.T) *aclProbe {
+	_, backing, mnt, logs := mountTraced(t, func(o *Options) { o.AllowOther = true })
 	// The temporary directories above the mount are 0700.
 	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 		require.NoError(t, os.Chmod(d, 0o755))

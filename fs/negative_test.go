@@ -7,17 +7,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 )
 
 // A name's absence is cached as a name is: stats of a missing name ask
 // the daemon once; a file made through the mount is there at once, one
 // made directly in BACKING once the cached absence lapses.
 func TestNegativeEntryCached(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	_, backing, mnt := mountForTest(t, func(o *Options) { o.Log, o.Debug = zap.New(core), true })
+	_, backing, mnt, logs := mountTraced(t)
 	lookups := func(nm string) int {
 		return logs.FilterMessageSnippet(`LOOKUP n`).FilterMessageSnippet(`"` + nm + `"`).Len()
 	}

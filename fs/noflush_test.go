@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,8 +15,7 @@ import (
 // for on the file; once one was, its readers' closes are sent again (the
 // FLUSH drops the closing process's fcntl locks).
 func TestReaderNoFlush(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	_, backing, mnt := mountForTest(t, func(o *Options) { o.Log, o.Debug, o.VersionCache = zap.New(core), true, true })
+	_, backing, mnt, logs := mountTraced(t, func(o *Options) { o.VersionCache = true })
 	for _, nm := range []string{"plain", "locked"} {
 		require.NoError(t, os.WriteFile(filepath.Join(backing, nm), []byte(nm+"\n"), 0o644))
 	}

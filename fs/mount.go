@@ -233,7 +233,7 @@ func (r *root) serveTree(mountpoint, backing string, hidden bool) (*fuse.Server,
 	top := r.newNode(r.top)
 	r.topNode = &top.Inode
 	var fuseRoot gofs.InodeEmbedder = top
-	rootIno := uint64(1)
+	rootIno := r.top.ino
 	if hidden {
 		fuseRoot, rootIno = &hiddenRoot{top: top}, hiddenRootIno
 	}

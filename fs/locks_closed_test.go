@@ -24,7 +24,7 @@ func TestFlockNonBlockingAfterClose(t *testing.T) {
 	released := holdAt(t, srv, "flock-release")
 	for _, dir := range []string{t.TempDir(), mnt} {
 		p := filepath.Join(dir, "lock")
-		out, err := exec.Command("perl", "-e", flockAfterClose, p, "50").CombinedOutput()
+		out, err := exec.Command("perl", "-e", flockAfterClose, p, "50", ">>", "").CombinedOutput()
 		require.NoError(t, err, "%s: %s", dir, out)
 		require.Equal(t, "refused 0 of 50\n", string(out), dir)
 		out, err = exec.Command("perl", "-e", flockWhileDup, p).CombinedOutput()
@@ -50,16 +50,18 @@ func holdAt(t *testing.T, srv *Server, point string) *atomic.Int64 {
 	return &n
 }
 
-// flockAfterClose locks and closes, then at once tries LOCK_NB on a new
-// descriptor, n times, and counts the refusals.
+// flockAfterClose locks through a descriptor opened with mode and
+// closes it, then at once tries LOCK_NB on a new descriptor, n times,
+// and counts the refusals; with each set, round i works on "$p.$i".
 const flockAfterClose = `use Fcntl ':flock';
-my ($p, $n) = @ARGV;
+my ($p, $n, $mode, $each) = @ARGV;
 my $refused = 0;
-for (1 .. $n) {
-	open(my $held, '>>', $p) or die "open: $!";
+for my $i (1 .. $n) {
+	my $f = $each ? "$p.$i" : $p;
+	open(my $held, $mode, $f) or die "open: $!";
 	flock($held, LOCK_EX) or die "flock: $!";
 	close($held) or die "close: $!";
-	open(my $try, '<', $p) or die "open: $!";
+	open(my $try, '<', $f) or die "open: $!";
 	flock($try, LOCK_EX | LOCK_NB) or $refused++;
 	close($try);
 }

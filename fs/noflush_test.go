@@ -56,7 +56,8 @@ func TestReaderNoFlushLocks(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "busy got\n", string(out))
 
-	out, err = exec.Command("perl", "-e", flockReaderClosed, filepath.Join(mnt, "f"), fmt.Sprint(n)).CombinedOutput()
+	// n times, on a file never locked before, a reader takes LOCK_EX.
+	out, err = exec.Command("perl", "-e", flockAfterClose, filepath.Join(mnt, "f"), fmt.Sprint(n), "<", "each").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, fmt.Sprintf("refused 0 of %d\n", n), string(out))
 	require.Positive(t, released.Load(), "no flock release reached the stop point")
@@ -86,19 +87,3 @@ fcntl($r, F_SETLK, lk(F_RDLCK)) or die "lock: $!";
 my $held = try(F_SETLK);
 close($r) or die "close: $!";
 print "$held ", try(F_SETLKW), "\n";`
-
-// flockReaderClosed: n times, on a file never locked before, a reader
-// takes LOCK_EX and closes; a LOCK_NB attempt right after on a new
-// descriptor counts its refusals.
-const flockReaderClosed = `use Fcntl ':flock';
-my ($p, $n) = @ARGV;
-my $refused = 0;
-for my $i (1 .. $n) {
-	open(my $held, '<', "$p.$i") or die "open: $!";
-	flock($held, LOCK_EX) or die "flock: $!";
-	close($held) or die "close: $!";
-	open(my $try, '<', "$p.$i") or die "open: $!";
-	flock($try, LOCK_EX | LOCK_NB) or $refused++;
-	close($try);
-}
-print "refused $refused of $n\n";`

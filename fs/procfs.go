@@ -111,32 +111,43 @@ func procArgs(pid uint32) []string {
 }
 
 // tgidOf returns the process (thread group) of thread pid: FUSE sends
-// the calling thread's id. 0 when it cannot be told.
+// the calling thread's id. 0 when it cannot be told. A thread met before
+// is answered from threadGroups once the kernel confirms it is still in
+// that group (one call); a leader in one call too.
 func tgidOf(pid uint32) uint32 {
-	if pid != 0 && isLeader(pid) {
-		return pid
-	}
-	if tgid, ok := pidfdTgid(pid); ok {
-		return tgid
-	}
-	n, err := strconv.ParseUint(procStatus(pid, "Tgid"), 10, 32)
-	if err != nil {
+	if pid == 0 {
 		return 0
 	}
-	return uint32(n)
+	if tgid, ok := threadGroups.get(pid); ok && threadOf(tgid, pid) {
+		return tgid
+	}
+	if isLeader(pid) {
+		return pid
+	}
+	tgid, ok := pidfdTgid(pid)
+	if !ok {
+		n, err := strconv.ParseUint(procStatus(pid, "Tgid"), 10, 32)
+		if err != nil {
+			return 0
+		}
+		tgid = uint32(n)
+	}
+	threadGroups.put(pid, tgid)
+	return tgid
 }
 
 // isLeader reports whether pid leads its thread group (tgid == pid),
-// the common case of a single-threaded script: pidfd_open refuses any
-// other thread (EINVAL). Two calls that never block, where reading
-// /proc/<pid>/status renders a page of text on every open.
-func isLeader(pid uint32) bool {
-	fd, err := unix.PidfdOpen(int(pid), 0)
-	if err != nil {
-		return false
-	}
-	unix.Close(fd)
-	return true
+// the common case of a single-threaded script.
+func isLeader(pid uint32) bool { return threadOf(pid, pid) }
+
+// threadOf reports whether thread tid is now a thread of process tgid:
+// tgkill with signal 0 sends nothing and checks just that (EPERM: it
+// is, but the daemon may not signal it). One call that never waits and
+// makes no file, where a pidfd costs three. A tid reused by another
+// process fails it, so a remembered answer is never stale.
+func threadOf(tgid, tid uint32) bool {
+	err := unix.Tgkill(int(tgid), int(tid), 0)
+	return err == nil || err == unix.EPERM
 }
 
 // pidfdTgid asks the kernel for the process of thread pid through a

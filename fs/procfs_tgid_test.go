@@ -73,3 +73,24 @@ func TestHasFilesLiveThread(t *testing.T) {
 	assert.True(t, hasFiles(other), "a thread's own /proc/<tid>/fd")
 	assert.False(t, killedBySignal(other))
 }
+
+// A remembered process is used only while the kernel says the thread is
+// still one of its threads: a tid the table gives to another process
+// (as a reused tid would be) is asked again and remembered anew.
+func TestTgidOfRemembered(t *testing.T) {
+	self := uint32(os.Getpid())
+	other, done := lockedThread()
+	defer close(done)
+	for other == self {
+		var d chan struct{}
+		other, d = lockedThread()
+		defer close(d)
+	}
+	assert.True(t, threadOf(self, other))
+	assert.False(t, threadOf(1, other), "not a thread of init")
+	threadGroups.put(other, 1)
+	assert.Equal(t, self, tgidOf(other), "a stale entry is not trusted")
+	tgid, ok := threadGroups.get(other)
+	assert.True(t, ok)
+	assert.Equal(t, self, tgid, "the answer found is remembered")
+}

@@ -565,7 +565,13 @@ func (h *handle) copyAppendPart(target *os.File, dst, src, n int64) error {
 
 // lockContext bounds a lock wait by lock_timeout. It is not the request's
 // context: go-fuse cancels that on any signal, SIGURG included.
+// Only etcd's locks need it: the local lock manager has the same timeout
+// and starts its timer only when a lock must wait, so an uncontended
+// commit starts none (a timer may also wake the runtime's poller).
 func lockContext(r *root) (context.Context, context.CancelFunc) {
+	if !r.clustered() {
+		return context.Background(), func() {}
+	}
 	return context.WithTimeout(context.Background(), r.opts.LockTimeout)
 }
 

@@ -265,12 +265,15 @@ func (h *handle) rmwWrite() {
 // serializes itself, and a session could only add a wait.
 func (r *root) rmwLearn(n *Node, pid uint32) {
 	x := r.rmw
-	if x.learned.Full() {
+	// A lock held through this daemon is known without /proc: a flock
+	// counter's writes (the lock holder's, on its critical path) read
+	// no command line.
+	if x.learned.Full() || r.book.heldBy(pid) {
 		return
 	}
 	p := rmw.Pair{Path: n.path(), Cmd: program(pid)}
 	now := time.Now()
-	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) || r.book.heldBy(pid) {
+	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
 		return
 	}
 	if holdsLock(pid) {

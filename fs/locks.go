@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -359,6 +360,11 @@ func (w rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	}
 	if w.locks && in.ReleaseFlags&releaseFlockUnlock != 0 {
 		w.unlockOwner(cancel, &in.InHeader, in.Fh, in.LockOwner, fuse.LK_FLOCK|releasing)
+		// The waiter the unlock woke is queued on this processor, and
+		// the release's closes below may sit in the kernel (the last
+		// close of a replaced version frees it) until the runtime
+		// takes the processor back: let the waiter's reply go first.
+		runtime.Gosched()
 	}
 	w.RawFileSystem.Release(cancel, in)
 }

@@ -367,6 +367,7 @@ func (s *Server) release() {
 				h.Release(context.Background())
 			}
 			f.dropGhost()
+			f.dropReaderFds()
 		}
 		r.dirs.closeAll()
 		r.pool.close()

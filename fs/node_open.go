@@ -150,11 +150,10 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		sess.Close()
 		return nil, 0, n.errno(err)
 	}
-	h, err := n.open(ctx, flags)
-	var st *unix.Stat_t // the version opened, for openReply
+	h, st, err := n.open(ctx, flags) // st: the version opened, if known
 	mixes := false
 	if err == nil {
-		st, mixes = n.readerMixes(h, retry)
+		st, mixes = n.readerMixes(h, st, retry)
 	}
 	if mixes {
 		n.rmwOpened(nil, sess, flags)
@@ -184,10 +183,13 @@ func (n *Node) openReply(ctx context.Context, h *handle, st *unix.Stat_t) uint32
 	return n.ptOpen(ctx, h)
 }
 
-func (n *Node) open(ctx context.Context, flags uint32) (*handle, error) {
+func (n *Node) open(ctx context.Context, flags uint32) (*handle, *unix.Stat_t, error) {
 	mode := unix.O_RDONLY
 	if isWrite(flags) {
 		mode = unix.O_RDWR
+	} else if base, st, ver, ok := n.readerVersion(); ok {
+		h, err := n.newHandle(ctx, base, ver, flags, false)
+		return h, st, err
 	}
 	ver := n.f.ver()
 	base, err := n.openCurrent(mode)
@@ -200,9 +202,10 @@ func (n *Node) open(ctx context.Context, flags uint32) (*handle, error) {
 		err = syscall.ESTALE
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return n.newHandle(ctx, base, ver, flags, false)
+	h, err := n.newHandle(ctx, base, ver, flags, false)
+	return h, nil, err
 }
 
 func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {

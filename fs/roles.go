@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"os"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -77,6 +78,11 @@ type nodeRoles struct {
 	directReads int
 	wrote       int64 // when a writer last opened it (ns), 0: never
 	pt          ptNode
+	// fd: a descriptor of key while the node is a reader of the file's
+	// version, for the next reader's open (readerfd.go); fdUsed: when
+	// it was last taken (ns).
+	fd     *os.File
+	fdUsed int64
 	// opening: threads whose open of n was let through and has no
 	// handle yet, true for a writer: a reader and a writer deciding at
 	// once must see each other (othersHold sees handles only).
@@ -233,6 +239,9 @@ func (n *Node) becomeDirect() {
 		delete(n.f.roles.readers, n)
 	}
 	n.rl.role = roleDirect
+	if fd := n.takeReaderFd(); fd != nil {
+		go fd.Close() // f.mu is held: see takeReaderFd
+	}
 }
 
 // openFlags are the OPEN reply's flags for h on n.
@@ -269,6 +278,7 @@ func (n *Node) openFlags(ctx context.Context, h *handle, st *unix.Stat_t) uint32
 	n.rl.role = roleReader
 	n.rl.cached++
 	h.cached = true
+	n.keepReaderFd(h)
 	if f.roles.readers == nil {
 		f.roles.readers = map[*Node]struct{}{}
 	}
@@ -315,6 +325,7 @@ func (r *root) rolesCommitted(f *file, onBase bool) {
 		return
 	}
 	f.mu.Lock()
+	old := f.takeReaderFds() // their version is not the file's now
 	var stale []*Node
 	if onBase {
 		for n := range f.roles.readers {
@@ -328,6 +339,9 @@ func (r *root) rolesCommitted(f *file, onBase bool) {
 		f.moveOn(r)
 	}
 	f.mu.Unlock()
+	if len(old) > 0 {
+		go closeFiles(old) // off the committing close()
+	}
 	// Before the close returns: a reader told of it must see the bytes.
 	for _, n := range stale {
 		_ = n.NotifyContent(0, 0)
@@ -405,6 +419,9 @@ func (n *Node) forgettable() bool {
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if fd := n.takeReaderFd(); fd != nil {
+		go fd.Close()
+	}
 	delete(f.roles.readers, n)
 	if f.roles.current == n {
 		f.roles.current = nil

@@ -160,18 +160,20 @@ func (n *Node) sendReaderOn(tid uint32) {
 // version counter moves after the rename: two readers with one baseVer
 // opened two versions, and their maps mixed them in n's pages. So the
 // versions are compared by backing inode. A retry is let through. It
-// also gives the stat it took of h's version (nil: none), which the
-// reply's flags need too.
-func (n *Node) readerMixes(h *handle, retry bool) (*unix.Stat_t, bool) {
+// also gives the stat of h's version (nil: none), which the reply's
+// flags need too: known, st, when the open took its node's descriptor.
+func (n *Node) readerMixes(h *handle, st *unix.Stat_t, retry bool) (*unix.Stat_t, bool) {
 	f := n.f
 	if !n.r.opts.VersionCache || f.kind != unix.S_IFREG || h.write {
 		return nil, false
 	}
-	s, err := fstat(int(h.base.Fd()))
-	if err != nil {
-		return nil, false
+	if st == nil {
+		s, err := fstat(int(h.base.Fd()))
+		if err != nil {
+			return nil, false
+		}
+		st = &s
 	}
-	st := &s
 	f.mu.Lock()
 	h.verKey = keyOf(st)
 	f.mu.Unlock()

@@ -42,8 +42,9 @@ type root struct {
 	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
 	stopAt  string // test-only SIGSTOP point, from SAFEFS_STOP_AT
 	// atPoint: test-only, called at each point (in-process tests).
-	atPoint atomic.Pointer[func(point string)]
-	count   counters
+	atPoint   atomic.Pointer[func(point string)]
+	count     counters
+	readerFds keptFds // reader nodes' version descriptors (readerfd.go)
 	// selfTestSeen: the kill-check self-test's probe was seen killed.
 	selfTestSeen atomic.Bool
 	// changes of names begun and ended, for lookups (changeEpoch)

@@ -39,6 +39,7 @@ type counters struct {
 	commits, rejected, killed, dropped, tooManyFiles, noSpace atomic.Int64
 	rmwSessions, rmwWaits, rmwCycles, rmwGaveUp               atomic.Int64
 	passthrough, passthroughDirect                            atomic.Int64
+	versionFd                                                 atomic.Int64 // opens that took a node's descriptor (readerfd.go); tests only
 }
 
 func (c *counters) snapshot() Stats {

@@ -141,3 +141,38 @@ func TestIssue12Syscalls(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(mounts), dir, "a mount was left behind")
 }
+
+// TestFUSETrace: with -fusetrace the commit rows of the FUSE targets
+// report the requests a commit sends, from the kernel's tracepoints: a
+// rewrite through safefs opens, writes and flushes once per commit, and
+// a target that is not a mount has no column.
+func TestFUSETrace(t *testing.T) {
+	testfs.Available(t)
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tracefs needs root, and CI is set")
+		}
+		t.Skip("tracefs needs root")
+	}
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	err := run([]string{"-dir", dir, "-markdown", "-fusetrace", "-targets", "backing,safefs-none",
+		"-workloads", "rewrite-4k", "-rewrite-n", "50"}, &out, &errOut)
+	t.Logf("output:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	require.NoError(t, err)
+	rows := markdownRows(t, out.String())
+	require.Contains(t, rows, "per commit (FUSE tracepoints)")
+	assert.Equal(t, []string{"safefs-none"}, rows["per commit (FUSE tracepoints)"])
+	cells := rows["rewrite-4k"]
+	require.Len(t, cells, 1)
+	m := regexp.MustCompile(`^([0-9.]+) requests$`).FindStringSubmatch(cells[0])
+	require.NotNil(t, m, "%q", cells[0])
+	n, _ := strconv.ParseFloat(m[1], 64)
+	assert.GreaterOrEqual(t, n, 4.0, "requests per rewrite")
+	for _, kind := range []string{"OPEN 1.00 x", "WRITE 1.00 x", "FLUSH 1.00 x"} {
+		assert.Contains(t, out.String(), kind)
+	}
+	mounts, err := os.ReadFile("/proc/mounts")
+	require.NoError(t, err)
+	assert.NotContains(t, string(mounts), dir, "a mount was left behind")
+}

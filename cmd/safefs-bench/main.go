@@ -52,6 +52,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	quick := fl.Bool("quick", false, "divide every count and size by 10 (smoke run)")
 	markdown := fl.Bool("markdown", false, "print a markdown table")
 	verbose := fl.Bool("v", false, "log progress to stderr")
+	fuseTrace := fl.Bool("fusetrace", false, "also time each FUSE request of the commit rows as the caller waits for it (the kernel's tracepoints fuse:fuse_request_send/end; root, tracefs), in a second untimed run: requests per commit and median latency by kind")
 	syscalls := fl.Bool("syscalls", false, "also count system calls and fsyncs per commit (strace -c) of the commit rows, in a second untimed run: safefs targets run as child daemons, byhand counts this process")
 	cfg := config{seqSize: 1 << 30, mmapSize: 64 << 20, memSize: 1 << 30}
 	fl.IntVar(&cfg.createN, "create-n", 2000, "create-4k: files to create")
@@ -118,6 +119,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(stderr)), zap.InfoLevel))
 	}
 	cfg.syscalls = *syscalls
+	cfg.fuseTrace = *fuseTrace
 	return bench(log, stdout, stderr, *dir, tnames, ws, cfg, *markdown)
 }
 
@@ -157,7 +159,7 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 				break
 			}
 			log.Info("running", zap.String("workload", w.name), zap.String("target", t.name))
-			r, ok := runOne(ctx, w, t, cfg, false)
+			r, ok := runOne(ctx, w, t, cfg, nil)
 			dropped = dropped && ok
 			if ctx.Err() != nil {
 				r.ran = false // cut short: shown as "-"
@@ -170,9 +172,22 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 			log.Info("done", zap.String("workload", w.name), zap.String("target", t.name), zap.Float64(w.unit, r.value))
 			if r.err == nil && r.ran && cfg.syscalls && w.commits && t.pid != 0 {
 				log.Info("counting", zap.String("workload", w.name), zap.String("target", t.name))
-				c, _ := runOne(ctx, w, t, cfg, true)
-				if r.calls, r.commits, r.callsErr = c.calls, c.value, c.err; c.err != nil {
+				c, _ := runOne(ctx, w, t, cfg, func(fn func() error) (err error) {
+					r.calls, err = traceCounts(t.pid, fn)
+					return err
+				})
+				if r.commits, r.callsErr = c.value, c.err; c.err != nil {
 					fmt.Fprintf(stderr, "safefs-bench: counting %s on %s: %v\n", w.name, t.name, c.err)
+				}
+			}
+			if r.err == nil && r.ran && cfg.fuseTrace && w.commits && t.unmount != nil {
+				log.Info("tracing", zap.String("workload", w.name), zap.String("target", t.name))
+				c, _ := runOne(ctx, w, t, cfg, func(fn func() error) (err error) {
+					r.ops, err = traceFUSE(t.dir, fn)
+					return err
+				})
+				if r.opsCommits, r.opsErr = c.value, c.err; c.err != nil {
+					fmt.Fprintf(stderr, "safefs-bench: tracing %s on %s: %v\n", w.name, t.name, c.err)
 				}
 			}
 			res[w.name][t.name] = r
@@ -181,6 +196,9 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 	writeTable(stdout, ws, tnames, res, cfg, markdown)
 	if cfg.syscalls {
 		writeCounts(stdout, ws, ts, res, markdown)
+	}
+	if cfg.fuseTrace {
+		writeFUSETrace(stdout, ws, ts, res, markdown)
 	}
 	if !dropped {
 		fmt.Fprintln(stdout, "\nnote: could not drop the page cache (needs root and a writable /proc/sys/vm/drop_caches): the cold rows may be served from memory")
@@ -196,8 +214,9 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 
 // runOne runs w on t in a fresh directory named after w, and removes it
 // afterwards. ok is false if w wants a cold cache and it could not be dropped.
-// With trace, the run is counted with strace (t.pid) instead of timed.
-func runOne(ctx context.Context, w workload, t *target, cfg config, trace bool) (r result, ok bool) {
+// With watch, the run is not timed but made inside watch (strace, FUSE
+// tracepoints), and its value is the count of what it did.
+func runOne(ctx context.Context, w workload, t *target, cfg config, watch func(func() error) error) (r result, ok bool) {
 	if t.byHand && !w.commits || w.safefsOnly && !isSafefs(t.name) {
 		return r, true // no form for this target: shown as "-"
 	}
@@ -223,8 +242,8 @@ func runOne(ctx context.Context, w workload, t *target, cfg config, trace bool) 
 	if w.cold {
 		ok = dropCaches()
 	}
-	if trace {
-		r.calls, r.err = traceCounts(t.pid, func() error {
+	if watch != nil {
+		r.err = watch(func() error {
 			var err error
 			r.value, err = w.run(e)
 			return err

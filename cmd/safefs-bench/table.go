@@ -19,7 +19,11 @@ type result struct {
 	calls    counts
 	commits  float64
 	callsErr error
-	extra    string // the cell of the workload's extra row
+	// ops: the FUSE requests of -fusetrace's run of its commits.
+	ops        fuseOps
+	opsCommits float64
+	opsErr     error
+	extra      string // the cell of the workload's extra row
 }
 
 // writeTable prints one row per workload and one column per target, each

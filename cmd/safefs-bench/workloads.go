@@ -35,6 +35,7 @@ type config struct {
 	memFiles     int           // memory: files created
 	memSize      int64         // memory: bytes written through one handle
 	syscalls     bool          // -syscalls: count the commit rows' system calls too
+	fuseTrace    bool          // -fusetrace: time the commit rows' FUSE requests too
 }
 
 func (c config) valid() bool {

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -256,6 +255,7 @@ func (r *root) served(srv *fuse.Server) *fuse.Server {
 	closeOnExec()
 	r.writesUncache.Store(srv.KernelSettings().Minor >= 35)
 	r.noteMountID()
+	r.noteConnection()
 	return srv
 }
 
@@ -347,11 +347,9 @@ func (s *Server) Wait() {
 
 // Unmount unmounts, waits for the serve loop to end and releases BACKING.
 func (s *Server) Unmount() error {
-	err := s.srv.Unmount()
-	if err != nil {
+	if err := s.unmount(); err != nil {
 		return err
 	}
-	s.srv.Wait()
 	s.release()
 	return nil
 }
@@ -364,7 +362,7 @@ func (s *Server) release() {
 		// nothing of BACKING stays open (busy) afterwards.
 		for _, f := range r.ids.all() {
 			for _, h := range f.handleList() {
-				h.Release(context.Background())
+				r.releaseHandle(h)
 			}
 			f.dropGhost()
 			f.dropReaderFds()

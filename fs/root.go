@@ -31,6 +31,11 @@ type root struct {
 	// mntID is the mount's ID, as /proc/<pid>/fdinfo shows it
 	// (holdsOpen); 0 until known.
 	mntID atomic.Int64
+	// conn is the FUSE connection (its device minor, fusectl's name);
+	// abandoned: it was ended under writers of another mount namespace
+	// (unmount.go).
+	conn      uint32
+	abandoned atomic.Bool
 
 	top     *file
 	topNode *gofs.Inode // the top's node: names' paths end there (rel)

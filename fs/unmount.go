@@ -1,0 +1,117 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// heldElsewhere is how long the serve loop may go on after this mount
+// namespace's unmount before the daemon ends its connection itself.
+const heldElsewhere = 2 * time.Second
+
+// fusectl is where the kernel lists FUSE connections, by device minor.
+const fusectl = "/sys/fs/fuse/connections"
+
+// noteConnection records the FUSE connection of the mount: the minor of
+// its device (fusectl's directory name).
+func (r *root) noteConnection() {
+	var st unix.Stat_t
+	if err := unix.Stat(r.mountpoint, &st); err == nil {
+		r.conn = unix.Minor(st.Dev)
+	}
+}
+
+// unmount unmounts and waits for the serve loop to end (go-fuse's
+// Unmount does both). A copy of the mount in another mount namespace,
+// made after the mount (a service started with PrivateTmp= or
+// ProtectSystem=), is not unmounted with it and keeps the connection,
+// and so this daemon, serving it unseen: its stop would wait until it
+// is killed, and it would keep BACKING from the next mount. Once the
+// mount is gone here (by this unmount, or already from outside) and the
+// loop still runs after heldElsewhere, the daemon ends the connection
+// (fusectl's abort). Pending versions of writers there are not
+// committed (releaseHandle): their close() fails, as if the daemon died.
+func (s *Server) unmount() error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Unmount() }()
+	select {
+	case err := <-errc:
+		if err == nil || s.mountedHere() {
+			return err
+		}
+		// Unmounted from outside, and still served.
+		done := make(chan struct{})
+		go func() {
+			s.srv.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(heldElsewhere):
+			s.endConnection()
+			<-done
+		}
+		return nil
+	case <-time.After(heldElsewhere):
+		if !s.mountedHere() {
+			s.endConnection()
+		}
+		return <-errc
+	}
+}
+
+// mountedHere reports whether the mount is still in this daemon's mount
+// namespace.
+func (s *Server) mountedHere() bool {
+	id, _, _ := SafefsMount(s.r.mountpoint)
+	return id != 0 && int64(id) == s.r.mntID.Load()
+}
+
+// endConnection ends the connection of a mount that other mount
+// namespaces still hold.
+func (s *Server) endConnection() {
+	r := s.r
+	r.log.Warn("unmounted here, but another mount namespace still holds the mount (a service started after it with PrivateTmp= or ProtectSystem=): ending the connection; processes there get ENOTCONN",
+		zap.String("mountpoint", r.mountpoint), zap.Uint32("connection", r.conn))
+	r.abandoned.Store(true)
+	if err := abortConnection(r.conn); err != nil {
+		r.log.Error("could not end the connection: serving the other mount namespaces until they let the mount go", zap.Error(err))
+	}
+}
+
+// abortConnection ends FUSE connection conn: its requests fail with
+// ENOTCONN and the daemon's reads with ENODEV.
+func abortConnection(conn uint32) error {
+	if conn == 0 {
+		return errors.New("connection unknown")
+	}
+	dir := filepath.Join(fusectl, strconv.FormatUint(uint64(conn), 10))
+	if _, err := os.Stat(dir); err != nil {
+		// fusectl not mounted (a container, a minimal system)
+		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "abort"), []byte("1"), 0)
+}
+
+// releaseHandle finishes h at unmount: its commit if it has one pending,
+// unless the connection was ended under it (abandoned).
+func (r *root) releaseHandle(h *handle) {
+	if r.abandoned.Load() {
+		h.mu.Lock()
+		if h.dirty && !h.killed {
+			r.log.Warn("not committed: its writer's mount namespace was cut off", zap.String("path", logPath(h.n.path())), zap.Uint32("pid", h.tgid))
+		}
+		h.killed = true // as for a writer killed by a signal: no commit
+		h.mu.Unlock()
+	}
+	h.Release(context.Background())
+}

@@ -1,0 +1,87 @@
+package fs
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// A copy of the mount in a mount namespace made after the mount (a
+// service with PrivateTmp=) is not unmounted with it. The daemon's
+// unmount still ends, by ending the connection, and a version a writer
+// there had pending is not committed. Also when the mount was unmounted
+// from outside first.
+func TestUnmountHeldElsewhere(t *testing.T) {
+	for _, outside := range []bool{false, true} {
+		t.Run("outside="+strconv.FormatBool(outside), func(t *testing.T) {
+			srv, backing, mnt := mountForTest(t)
+			p := filepath.Join(mnt, "page")
+			require.NoError(t, os.WriteFile(p, []byte("old"), 0o644))
+			holder := holdMountElsewhere(t, mnt)
+			writer := exec.Command("nsenter", "-t", strconv.Itoa(holder), "-m", "perl", "-e",
+				`open(F, ">", $ARGV[0]) or die "$!"; print F "half"; $| = 1; select(F); $| = 1; sleep 600`, p)
+			require.NoError(t, writer.Start())
+			t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
+			require.Eventually(t, func() bool { return pendingIn(srv, "page") }, 10*time.Second, 20*time.Millisecond,
+				"the writer's pending version never reached the daemon")
+			if outside {
+				require.NoError(t, unix.Unmount(mnt, 0))
+			}
+			done := make(chan error, 1)
+			go func() { done <- srv.Unmount() }()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("Unmount still waits while another mount namespace holds the mount")
+			}
+			b, err := os.ReadFile(filepath.Join(backing, "page"))
+			require.NoError(t, err)
+			require.Equal(t, "old", string(b), "a version pending in the cut-off namespace was committed")
+		})
+	}
+}
+
+// holdMountElsewhere starts a process in a private copy of this mount
+// namespace, which holds mnt, and returns its pid.
+func holdMountElsewhere(t *testing.T, mnt string) int {
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "600")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var pid int
+	require.Eventually(t, func() bool {
+		// unshare execs sleep: the same pid, in the new namespace.
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/mountinfo")
+		pid = cmd.Process.Pid
+		return err == nil && strings.Contains(string(b), " "+mnt+" ") && nsOf(pid) != nsOf(os.Getpid())
+	}, 10*time.Second, 20*time.Millisecond)
+	return pid
+}
+
+func nsOf(pid int) string {
+	l, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+	return l
+}
+
+// pendingIn reports whether a handle of a file named nm holds changes
+// no commit has published.
+func pendingIn(srv *Server, nm string) bool {
+	for _, f := range srv.r.ids.all() {
+		for _, h := range f.handleList() {
+			h.mu.Lock()
+			dirty := h.dirty && strings.HasSuffix(h.n.path(), nm)
+			h.mu.Unlock()
+			if dirty {
+				return true
+			}
+		}
+	}
+	return false
+}

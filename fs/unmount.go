@@ -75,32 +75,51 @@ func (s *Server) mountedHere() bool {
 }
 
 // endConnection ends the connection of a mount that other mount
-// namespaces still hold.
+// namespaces still hold. A connection already gone (the loop is still
+// ending a request) is left alone.
 func (s *Server) endConnection() {
 	r := s.r
-	r.log.Warn("unmounted here, but another mount namespace still holds the mount (a service started after it with PrivateTmp= or ProtectSystem=): ending the connection; processes there get ENOTCONN",
-		zap.String("mountpoint", r.mountpoint), zap.Uint32("connection", r.conn))
-	r.abandoned.Store(true)
-	if err := abortConnection(r.conn); err != nil {
+	dir, err := connectionDir(r.conn)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err == nil {
+		r.log.Warn("unmounted here, but another mount namespace still holds the mount (a service started after it with PrivateTmp= or ProtectSystem=): ending the connection; processes there get ENOTCONN",
+			zap.String("mountpoint", r.mountpoint), zap.Uint32("connection", r.conn))
+		r.abandoned.Store(true)
+		err = os.WriteFile(filepath.Join(dir, "abort"), []byte("1"), 0)
+	}
+	if err != nil {
 		r.log.Error("could not end the connection: serving the other mount namespaces until they let the mount go", zap.Error(err))
 	}
 }
 
-// abortConnection ends FUSE connection conn: its requests fail with
-// ENOTCONN and the daemon's reads with ENODEV.
-func abortConnection(conn uint32) error {
+// connectionDir is FUSE connection conn's directory in fusectl, which is
+// mounted if it is not (a container, a minimal system); os.ErrNotExist
+// when the connection is gone.
+func connectionDir(conn uint32) (string, error) {
 	if conn == 0 {
-		return errors.New("connection unknown")
+		return "", errors.New("connection unknown")
 	}
 	dir := filepath.Join(fusectl, strconv.FormatUint(uint64(conn), 10))
-	if _, err := os.Stat(dir); err != nil {
-		// fusectl not mounted (a container, a minimal system)
-		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
-			return err
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(fusectl, &fs); err != nil {
+		return "", err
+	}
+	if fs.Type != fusectlMagic {
+		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil {
+			return "", err
 		}
 	}
-	return os.WriteFile(filepath.Join(dir, "abort"), []byte("1"), 0)
+	_, err := os.Stat(dir)
+	return dir, err
 }
+
+// fusectlMagic is fusectl's f_type (FUSE_CTL_SUPER_MAGIC).
+const fusectlMagic = 0x65735543
 
 // releaseHandle finishes h at unmount: its commit if it has one pending,
 // unless the connection was ended under it (abandoned).

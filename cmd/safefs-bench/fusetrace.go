@@ -163,46 +163,21 @@ func (o fuseOps) byTime(commits float64) string {
 // writeFUSETrace prints -fusetrace's table: per commit, the requests of
 // each FUSE target, then their kinds with their median latencies.
 func writeFUSETrace(w io.Writer, ws []workload, ts []*target, res map[string]map[string]result, markdown bool) {
-	head := []string{"per commit (FUSE tracepoints)"}
 	var traced []*target
 	for _, t := range ts {
 		if t.unmount != nil {
 			traced = append(traced, t)
-			head = append(head, t.name)
 		}
 	}
-	grid := [][]string{head}
-	var detail []string
-	for _, wl := range ws {
-		if !wl.commits {
-			continue
+	legend := "\nrequests by kind, most time first: per commit x median µs from the kernel's send to the reply:"
+	writeCommitTable(w, "per commit (FUSE tracepoints)", ws, traced, markdown, legend, func(wl workload, t *target) (string, string) {
+		r := res[wl.name][t.name]
+		switch {
+		case r.opsErr != nil:
+			return errCell(r.opsErr), ""
+		case r.ops == nil || r.opsCommits <= 0:
+			return "-", ""
 		}
-		row := []string{wl.name}
-		for _, t := range traced {
-			r := res[wl.name][t.name]
-			switch {
-			case r.opsErr != nil:
-				row = append(row, errCell(r.opsErr))
-			case r.ops == nil || r.opsCommits <= 0:
-				row = append(row, "-")
-			default:
-				row = append(row, fmt.Sprintf("%.1f requests", float64(r.ops.count())/r.opsCommits))
-				detail = append(detail, fmt.Sprintf("%s on %s: %s", wl.name, t.name, r.ops.byTime(r.opsCommits)))
-			}
-		}
-		grid = append(grid, row)
-	}
-	fmt.Fprintln(w)
-	if markdown {
-		writeMarkdown(w, grid)
-	} else {
-		writePlain(w, grid)
-	}
-	fmt.Fprintln(w, "\nrequests by kind, most time first: per commit x median µs from the kernel's send to the reply:")
-	for _, d := range detail {
-		if markdown {
-			d = "- " + d
-		}
-		fmt.Fprintln(w, d)
-	}
+		return fmt.Sprintf("%.1f requests", float64(r.ops.count())/r.opsCommits), r.ops.byTime(r.opsCommits)
+	})
 }

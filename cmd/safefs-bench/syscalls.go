@@ -276,47 +276,23 @@ func (c counts) top(n int, commits float64) string {
 // the fsyncs (fsync and fdatasync) of each counted target, then the
 // calls that make them up.
 func writeCounts(w io.Writer, ws []workload, ts []*target, res map[string]map[string]result, markdown bool) {
-	head := []string{"per commit (strace -c)"}
 	var counted []*target
 	for _, t := range ts {
 		if t.pid != 0 {
 			counted = append(counted, t)
-			head = append(head, t.name)
 		}
 	}
-	grid := [][]string{head}
-	var detail []string
-	for _, wl := range ws {
-		if !wl.commits {
-			continue
+	legend := "\ncalls: all but the Go runtime's own (futex, nanosleep, ...: they follow time, which strace stretches);\n" +
+		"fsyncs: fsync and fdatasync. All calls per commit, most frequent first (safefs: the daemon; byhand: the bench):"
+	writeCommitTable(w, "per commit (strace -c)", ws, counted, markdown, legend, func(wl workload, t *target) (string, string) {
+		r := res[wl.name][t.name]
+		switch {
+		case r.callsErr != nil:
+			return errCell(r.callsErr), ""
+		case r.calls == nil || r.commits <= 0:
+			return "-", ""
 		}
-		row := []string{wl.name}
-		for _, t := range counted {
-			r := res[wl.name][t.name]
-			switch {
-			case r.callsErr != nil:
-				row = append(row, errCell(r.callsErr))
-			case r.calls == nil || r.commits <= 0:
-				row = append(row, "-")
-			default:
-				row = append(row, fmt.Sprintf("%.1f calls, %.1f fsyncs", float64(r.calls.fileCalls())/r.commits, float64(r.calls.syncs())/r.commits))
-				detail = append(detail, fmt.Sprintf("%s on %s: %s", wl.name, t.name, r.calls.top(16, r.commits)))
-			}
-		}
-		grid = append(grid, row)
-	}
-	fmt.Fprintln(w)
-	if markdown {
-		writeMarkdown(w, grid)
-	} else {
-		writePlain(w, grid)
-	}
-	fmt.Fprintln(w, "\ncalls: all but the Go runtime's own (futex, nanosleep, ...: they follow time, which strace stretches);")
-	fmt.Fprintln(w, "fsyncs: fsync and fdatasync. All calls per commit, most frequent first (safefs: the daemon; byhand: the bench):")
-	for _, d := range detail {
-		if markdown {
-			d = "- " + d
-		}
-		fmt.Fprintln(w, d)
-	}
+		return fmt.Sprintf("%.1f calls, %.1f fsyncs", float64(r.calls.fileCalls())/r.commits, float64(r.calls.syncs())/r.commits),
+			r.calls.top(16, r.commits)
+	})
 }

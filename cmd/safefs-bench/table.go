@@ -169,3 +169,43 @@ func writeMarkdown(w io.Writer, grid [][]string) {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
 }
+
+// writeCommitTable prints a table of the commit rows on targets ts, each
+// cell and its detail line (if any) from cell, then legend and the
+// details, one per line.
+func writeCommitTable(w io.Writer, title string, ws []workload, ts []*target, markdown bool, legend string,
+	cell func(workload, *target) (string, string)) {
+	head := []string{title}
+	for _, t := range ts {
+		head = append(head, t.name)
+	}
+	grid := [][]string{head}
+	var detail []string
+	for _, wl := range ws {
+		if !wl.commits {
+			continue
+		}
+		row := []string{wl.name}
+		for _, t := range ts {
+			c, d := cell(wl, t)
+			row = append(row, c)
+			if d != "" {
+				detail = append(detail, fmt.Sprintf("%s on %s: %s", wl.name, t.name, d))
+			}
+		}
+		grid = append(grid, row)
+	}
+	fmt.Fprintln(w)
+	if markdown {
+		writeMarkdown(w, grid)
+	} else {
+		writePlain(w, grid)
+	}
+	fmt.Fprintln(w, legend)
+	for _, d := range detail {
+		if markdown {
+			d = "- " + d
+		}
+		fmt.Fprintln(w, d)
+	}
+}

@@ -37,10 +37,11 @@ func (n *Node) readerVersion() (base *os.File, st *unix.Stat_t, ver uint64, ok b
 		var err error
 		if fd, err = unix.FcntlInt(n.rl.fd.Fd(), unix.F_DUPFD_CLOEXEC, 0); err != nil {
 			fd = -1
+		} else {
+			n.rl.fdUsed = time.Now().UnixNano()
 		}
 	}
 	ver = f.version
-	n.rl.fdUsed = time.Now().UnixNano()
 	f.mu.Unlock()
 	if fd < 0 {
 		return nil, nil, 0, false
@@ -57,7 +58,7 @@ func (n *Node) readerVersion() (base *os.File, st *unix.Stat_t, ver uint64, ok b
 // keepReaderFd gives n a descriptor of its version from h, a reader
 // that just became a cached reader of it (f.mu held).
 func (n *Node) keepReaderFd(h *handle) {
-	if n.rl.fd != nil || !n.r.readerFds.add(n, n.r) {
+	if n.rl.fd != nil || !n.r.readerFds.add(n) {
 		return
 	}
 	fd, err := unix.FcntlInt(h.base.Fd(), unix.F_DUPFD_CLOEXEC, 0)
@@ -67,6 +68,13 @@ func (n *Node) keepReaderFd(h *handle) {
 	}
 	n.rl.fd = os.NewFile(uintptr(fd), "version")
 	n.rl.fdUsed = time.Now().UnixNano()
+}
+
+// dropReaderFd closes n's version descriptor, if any (f.mu held).
+func (n *Node) dropReaderFd() {
+	if fd := n.takeReaderFd(); fd != nil {
+		go fd.Close() // not under f.mu: see takeReaderFd
+	}
 }
 
 // takeReaderFd removes n's version descriptor (f.mu held); the caller
@@ -126,7 +134,7 @@ const (
 )
 
 // add makes room for n's descriptor (n's f.mu held); false when full.
-func (k *keptFds) add(n *Node, r *root) bool {
+func (k *keptFds) add(n *Node) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.nodes) >= maxKeptFds {
@@ -138,7 +146,7 @@ func (k *keptFds) add(n *Node, r *root) bool {
 	k.nodes[n] = struct{}{}
 	if !k.sweeping {
 		k.sweeping = true
-		go r.sweepKept()
+		go n.r.sweepKept()
 	}
 	return true
 }

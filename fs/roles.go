@@ -239,9 +239,7 @@ func (n *Node) becomeDirect() {
 		delete(n.f.roles.readers, n)
 	}
 	n.rl.role = roleDirect
-	if fd := n.takeReaderFd(); fd != nil {
-		go fd.Close() // f.mu is held: see takeReaderFd
-	}
+	n.dropReaderFd()
 }
 
 // openFlags are the OPEN reply's flags for h on n.
@@ -419,9 +417,7 @@ func (n *Node) forgettable() bool {
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fd := n.takeReaderFd(); fd != nil {
-		go fd.Close()
-	}
+	n.dropReaderFd()
 	delete(f.roles.readers, n)
 	if f.roles.current == n {
 		f.roles.current = nil

@@ -39,32 +39,33 @@ func (r *root) noteConnection() {
 // (fusectl's abort). Pending versions of writers there are not
 // committed (releaseHandle): their close() fails, as if the daemon died.
 func (s *Server) unmount() error {
+	err := s.awaitOrEnd(s.srv.Unmount)
+	if err == nil || s.mountedHere() {
+		return err
+	}
+	// Unmounted from outside: go-fuse's Unmount failed without waiting
+	// for the serve loop, which may still serve another namespace.
+	return s.awaitOrEnd(func() error {
+		s.srv.Wait()
+		return nil
+	})
+}
+
+// awaitOrEnd runs fn, which waits for the serve loop; still running
+// after heldElsewhere with the mount gone here, it is let end by ending
+// the connection.
+func (s *Server) awaitOrEnd(fn func() error) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Unmount() }()
+	go func() { errc <- fn() }()
 	select {
 	case err := <-errc:
-		if err == nil || s.mountedHere() {
-			return err
-		}
-		// Unmounted from outside, and still served.
-		done := make(chan struct{})
-		go func() {
-			s.srv.Wait()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(heldElsewhere):
-			s.endConnection()
-			<-done
-		}
-		return nil
+		return err
 	case <-time.After(heldElsewhere):
-		if !s.mountedHere() {
-			s.endConnection()
-		}
-		return <-errc
 	}
+	if !s.mountedHere() {
+		s.endConnection()
+	}
+	return <-errc
 }
 
 // mountedHere reports whether the mount is still in this daemon's mount

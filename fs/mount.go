@@ -242,6 +242,7 @@ func (r *root) serveTree(mountpoint, backing string, hidden bool) (*fuse.Server,
 		return nil, err
 	}
 	r.pt.srv.Store(srv)
+	spareProcs()
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()

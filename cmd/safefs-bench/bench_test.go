@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/testfs"
@@ -28,6 +29,43 @@ func TestLoopbackOptions(t *testing.T) {
 	assert.Equal(t, time.Second, *o.EntryTimeout)
 	assert.True(t, o.NullPermissions)
 	assert.Equal(t, "loopback", o.MountOptions.Name)
+	if os.Geteuid() == 0 { // -allow-other, which adds default_permissions
+		assert.True(t, o.MountOptions.AllowOther)
+		assert.Contains(t, o.MountOptions.Options, "default_permissions")
+	}
+}
+
+// TestTargetsServedApart: each FUSE target is served by a daemon process
+// of its own, as its users run it, and the mount serving other users
+// lets the kernel check permissions (as the example's -allow-other does).
+func TestTargetsServedApart(t *testing.T) {
+	testfs.Available(t)
+	log := zap.NewNop()
+	for _, name := range []string{"loopback", "safefs"} {
+		tg, err := newTarget(name, t.TempDir(), log)
+		require.NoError(t, err, name)
+		pid := tg.pid
+		opts := mountOptions(t, tg.dir)
+		require.NoError(t, tg.close(), name)
+		assert.NotZero(t, pid, name)
+		assert.NotEqual(t, os.Getpid(), pid, "%s served by the bench's own process", name)
+		if os.Geteuid() == 0 {
+			assert.Contains(t, opts, "default_permissions", name)
+		}
+	}
+}
+
+// mountOptions returns the options /proc/mounts shows for dir.
+func mountOptions(t *testing.T, dir string) string {
+	b, err := os.ReadFile("/proc/mounts")
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[1] == dir {
+			return f[3]
+		}
+	}
+	t.Fatalf("%s is not in /proc/mounts", dir)
+	return ""
 }
 
 // TestErrCell: an errno is named in the cell, other errors are "error".

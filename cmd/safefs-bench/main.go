@@ -53,7 +53,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	markdown := fl.Bool("markdown", false, "print a markdown table")
 	verbose := fl.Bool("v", false, "log progress to stderr")
 	fuseTrace := fl.Bool("fusetrace", false, "also time each FUSE request of the commit rows as the caller waits for it (the kernel's tracepoints fuse:fuse_request_send/end; root, tracefs), in a second untimed run: requests per commit and median latency by kind")
-	syscalls := fl.Bool("syscalls", false, "also count system calls and fsyncs per commit (strace -c) of the commit rows, in a second untimed run: safefs targets run as child daemons, byhand counts this process")
+	syscalls := fl.Bool("syscalls", false, "also count system calls and fsyncs per commit (strace -c) of the commit rows, in a second untimed run: of each FUSE target's daemon, and of this process for byhand")
 	cfg := config{seqSize: 1 << 30, mmapSize: 64 << 20, memSize: 1 << 30}
 	fl.IntVar(&cfg.createN, "create-n", 2000, "create-4k: files to create")
 	fl.IntVar(&cfg.rewriteN, "rewrite-n", 2000, "rewrite-4k: rewrites of the file")
@@ -75,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	etcdURL := fl.String("etcd", "", "with -cluster: the etcd (URL) the safefs-etcd rows lock through")
 	clusterTable := fl.Bool("cluster", false, "print only the cluster table: commits/s with in-process and etcd locks, 1 and 2 daemons (issue 13)")
 	clusterN := fl.Int("cluster-n", 200, "-cluster: commits per writer per cell")
-	cpuProfile := fl.String("cpuprofile", "", "write this process's CPU profile (client and in-process daemons) to this file")
+	cpuProfile := fl.String("cpuprofile", "", "write this process's CPU profile (the workloads' side: each FUSE target is served by a process of its own) to this file")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 		err = errors.Join(err, closeAll(ts))
 	}()
 	for _, name := range tnames {
-		t, err := newTarget(name, dir, log, cfg.syscalls)
+		t, err := newTarget(name, dir, log)
 		if err != nil {
 			return err
 		}

@@ -16,13 +16,11 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	safefs "github.com/safefs/safefs/fs"
 )
 
-// With -syscalls the safefs targets are served by a child process (this
-// program again, with daemonEnv naming the target), so that strace can
-// count the daemon's system calls apart from the workload's.
+// Each FUSE target is served by a child process (this program again,
+// with daemonEnv naming the target): a daemon of its own, as its users
+// run it, whose system calls strace can count apart from the workload's.
 const daemonEnv = "SAFEFS_BENCH_DAEMON"
 
 // childLimit bounds the waits for the child daemon and strace; it only
@@ -50,12 +48,11 @@ func childMain() bool {
 func serveChild(name, raw, dir string) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
-	o, err := safefsOptions(name)
+	log, err := zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel))
 	if err != nil {
 		return err
 	}
-	o.Log = zap.NewNop()
-	srv, err := safefs.Mount(raw, dir, o)
+	unmount, err := mountTarget(name, raw, dir, log)
 	if err != nil {
 		return err
 	}
@@ -66,7 +63,7 @@ func serveChild(name, raw, dir string) error {
 			fmt.Println("freed")
 			continue
 		}
-		if err = srv.Unmount(); err == nil {
+		if err = unmount(); err == nil {
 			return nil
 		}
 	}
@@ -283,7 +280,7 @@ func writeCounts(w io.Writer, ws []workload, ts []*target, res map[string]map[st
 		}
 	}
 	legend := "\ncalls: all but the Go runtime's own (futex, nanosleep, ...: they follow time, which strace stretches);\n" +
-		"fsyncs: fsync and fdatasync. All calls per commit, most frequent first (safefs: the daemon; byhand: the bench):"
+		"fsyncs: fsync and fdatasync. All calls per commit, most frequent first (FUSE targets: the daemon; byhand: the bench):"
 	writeCommitTable(w, "per commit (strace -c)", ws, counted, markdown, legend, func(wl workload, t *target) (string, string) {
 		r := res[wl.name][t.name]
 		switch {

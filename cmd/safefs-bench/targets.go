@@ -72,9 +72,12 @@ type target struct {
 	pid     int          // process -syscalls counts: the daemon, or this one by hand; 0 for none
 }
 
-// newTarget makes the target's directories under base and mounts it;
-// with child, a safefs target is served by a child process.
-func newTarget(name, base string, log *zap.Logger, child bool) (_ *target, err error) {
+// newTarget makes the target's directories under base and mounts it. A
+// FUSE target is served by a child process of its own, as its users run
+// it: a daemon shares no runtime with the workload or another daemon
+// (go-fuse's readers each hold one of a Go process's processors while
+// they wait for a request, design section).
+func newTarget(name, base string, log *zap.Logger) (_ *target, err error) {
 	root, err := os.MkdirTemp(base, "safefs-bench-"+name+"-")
 	if err != nil {
 		return nil, err
@@ -94,7 +97,7 @@ func newTarget(name, base string, log *zap.Logger, child bool) (_ *target, err e
 	}
 	if name == "backing" || name == byHandTarget {
 		t.dir, t.byHand = t.raw, name == byHandTarget
-		if child && t.byHand {
+		if t.byHand {
 			t.pid = os.Getpid()
 		}
 		return t, nil
@@ -103,21 +106,15 @@ func newTarget(name, base string, log *zap.Logger, child bool) (_ *target, err e
 		return nil, err
 	}
 	t.byHand = name == byHandFUSETarget
-	// The loopbacks are served by this process (-syscalls does not count
-	// them), a safefs target by a child with child.
-	if child && isSafefs(name) {
-		t.unmount, t.pid, err = mountChild(name, t.raw, t.dir)
-	} else {
-		t.unmount, err = mountTarget(name, t.raw, t.dir, log)
-	}
-	if err != nil {
+	if t.unmount, t.pid, err = mountChild(name, t.raw, t.dir); err != nil {
 		return nil, err
 	}
 	log.Info("mounted", zap.String("target", name), zap.String("mountpoint", t.dir))
 	return t, nil
 }
 
-// mountTarget mounts the FUSE target name of raw on dir and returns its unmount.
+// mountTarget mounts the FUSE target name of raw on dir and returns its
+// unmount (in the child daemon, serveChild).
 func mountTarget(name, raw, dir string, log *zap.Logger) (func() error, error) {
 	if name == "loopback" || name == byHandFUSETarget {
 		return mountLoopback(raw, dir)
@@ -190,15 +187,23 @@ func mountLoopback(raw, dir string) (func() error, error) {
 // timeouts (libfuse's defaults), NullPermissions.
 func loopbackOptions(raw string) *gofs.Options {
 	sec := time.Second
+	root := os.Geteuid() == 0
+	var opts []string
+	if root {
+		opts = []string{"default_permissions"}
+	}
 	return &gofs.Options{
 		AttrTimeout:     &sec,
 		EntryTimeout:    &sec,
 		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
-			DirectMount: os.Geteuid() == 0,
-			AllowOther:  os.Geteuid() == 0, // its -allow-other flag, for Apache's www-data
+			DirectMount: root,
+			AllowOther:  root, // its -allow-other flag, for Apache's www-data
 			FsName:      raw,
 			Name:        "loopback",
+			// Its -allow-other adds this: the kernel checks permissions,
+			// so that other users cannot reach what the daemon (root) can.
+			Options: opts,
 		},
 	}
 }

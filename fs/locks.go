@@ -347,6 +347,7 @@ func (w rawFS) unlockOwner(cancel <-chan struct{}, h *fuse.InHeader, fh, owner u
 }
 
 func (w rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	yieldNowAndThen()
 	st := w.RawFileSystem.Flush(cancel, in) // the commit, under the script's lock
 	if w.locks {
 		w.unlockOwner(cancel, &in.InHeader, in.Fh, in.LockOwner, 0)
@@ -355,6 +356,7 @@ func (w rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (w rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	yieldNowAndThen()
 	if w.locks {
 		w.unlockOwner(cancel, &in.InHeader, in.Fh, 0, releasing) // OFD locks (locks_ofd.go)
 	}

@@ -199,6 +199,7 @@ func (p *ptRoot) ptReply(cancel <-chan struct{}, out *fuse.OpenOut) {
 }
 
 func (w rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	yieldNowAndThen()
 	st := w.RawFileSystem.Open(cancel, in, out)
 	w.pt.ptReply(cancel, out)
 	return st

@@ -4,6 +4,8 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // go-fuse's readers wait for requests in read(2) on /dev/fuse, each
@@ -38,4 +40,22 @@ func spareProcs() {
 // fuseReaders is go-fuse's limit of readers for GOMAXPROCS procs.
 func fuseReaders(procs int) int {
 	return min(max(procs, 2), 16)
+}
+
+// A reader that serves requests back to back never passes through the
+// scheduler, so its P looks stuck to sysmon, which after 10 ms takes it
+// as it would from a long system call (the reader waits in read(2) most
+// of that time) and so goes back to polling every 20 µs. A yield now
+// and then lets the scheduler see the readers run: the first request
+// handled yieldEvery after the last yield, by whichever reader.
+const yieldEvery = 500 * time.Microsecond
+
+var lastYield atomic.Int64
+
+// yieldNow and then; called as a request is handled (rawFS).
+func yieldNowAndThen() {
+	now := time.Now().UnixNano()
+	if l := lastYield.Load(); now-l >= int64(yieldEvery) && lastYield.CompareAndSwap(l, now) {
+		runtime.Gosched()
+	}
 }

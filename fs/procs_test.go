@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -32,4 +33,17 @@ func TestFuseReaders(t *testing.T) {
 	require.Equal(t, 2, fuseReaders(2))
 	require.Equal(t, 8, fuseReaders(8))
 	require.Equal(t, 16, fuseReaders(64))
+}
+
+// Requests yield at most once per yieldEvery, whichever reader serves them.
+func TestYieldNowAndThen(t *testing.T) {
+	lastYield.Store(0)
+	yieldNowAndThen()
+	first := lastYield.Load()
+	require.NotZero(t, first, "no yield after a long time without one")
+	yieldNowAndThen()
+	require.Equal(t, first, lastYield.Load(), "yielded again within yieldEvery")
+	time.Sleep(yieldEvery)
+	yieldNowAndThen()
+	require.Greater(t, lastYield.Load(), first, "no yield after yieldEvery")
 }

@@ -10,6 +10,7 @@ import (
 // fstat too: the kernel does not say which descriptor). go-fuse then
 // passes the inode's first open handle, which may be another process's
 // writer; such a GETATTR must describe the committed version instead.
+// Its frequent requests yield the processor now and then (procs.go).
 type rawFS struct {
 	fuse.RawFileSystem
 	locks bool    // script locks: unlocks at close and release (locks.go)
@@ -19,7 +20,13 @@ type rawFS struct {
 // noFh is set in the caller's pid, which never reaches 2^31.
 const noFh = 1 << 31
 
+func (w rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	yieldNowAndThen()
+	return w.RawFileSystem.Lookup(cancel, h, name, out)
+}
+
 func (w rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	yieldNowAndThen()
 	if in.Flags()&fuse.FUSE_GETATTR_FH == 0 {
 		in.Caller.Pid |= noFh
 	}
@@ -30,6 +37,7 @@ func (w rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Att
 // I/O, whose reads carry one, so this is a shared map's page fault. It
 // is marked with the same bit (see fillsPages).
 func (w rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	yieldNowAndThen()
 	if in.ReadFlags&fuse.READ_LOCKOWNER == 0 {
 		in.Caller.Pid |= noFh
 	}
@@ -40,6 +48,7 @@ func (w rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.R
 // the same bit: the kernel drops no cached size for it, as it does for a
 // write(2), only the times once the writeback ends (see uncache).
 func (w rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	yieldNowAndThen()
 	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
 		in.Caller.Pid |= noFh
 	}
@@ -77,6 +86,7 @@ func splitUmask(mode uint32) (uint32, uint32) {
 }
 
 func (w rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	yieldNowAndThen()
 	in.Mode = withUmask(in.Mode, in.Umask)
 	st := w.RawFileSystem.Create(cancel, in, name, out)
 	w.pt.ptReply(cancel, &out.OpenOut)

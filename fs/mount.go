@@ -34,6 +34,7 @@ type Server struct {
 	r      *root
 	unlock func()
 	once   sync.Once
+	watch  *mountWatch // an unmount from outside (mountwatch.go)
 }
 
 // state is what Mount and Recover open in BACKING before anything else.
@@ -191,7 +192,9 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.jr.Close()
 		return nil, ErrKillCheck
 	}
-	return &Server{srv: srv, r: r, unlock: s.unlock}, nil
+	mounted := &Server{srv: srv, r: r, unlock: s.unlock}
+	mounted.watchMount()
+	return mounted, nil
 }
 
 // serve mounts the top on mountpoint, through a hidden root where the
@@ -357,6 +360,7 @@ func (s *Server) Unmount() error {
 
 func (s *Server) release() {
 	s.once.Do(func() {
+		s.stopWatch()
 		r := s.r
 		// The kernel need not release every handle nor forget every
 		// inode before an unmount completes: finish them here, so that

@@ -85,9 +85,11 @@ func (s *Server) endConnection() {
 		return
 	}
 	if err == nil {
+		if !r.abandoned.CompareAndSwap(false, true) {
+			return // the watcher and unmount both came here
+		}
 		r.log.Warn("unmounted here, but another mount namespace still holds the mount (a service started after it with PrivateTmp= or ProtectSystem=): ending the connection; processes there get ENOTCONN",
 			zap.String("mountpoint", r.mountpoint), zap.Uint32("connection", r.conn))
-		r.abandoned.Store(true)
 		err = os.WriteFile(filepath.Join(dir, "abort"), []byte("1"), 0)
 	}
 	if err != nil {

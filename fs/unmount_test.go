@@ -49,6 +49,58 @@ func TestUnmountHeldElsewhere(t *testing.T) {
 	}
 }
 
+// An unmount from outside (umount, an fstab mount unit's stop) while a
+// copy of the mount is held in another mount namespace: the daemon,
+// told nothing, ends its connection by itself, and the version pending
+// there is not committed.
+func TestUnmountedOutsideHeldElsewhere(t *testing.T) {
+	srv, backing, mnt := mountForTest(t)
+	p := filepath.Join(mnt, "page")
+	require.NoError(t, os.WriteFile(p, []byte("old"), 0o644))
+	holder := holdMountElsewhere(t, mnt)
+	writer := exec.Command("nsenter", "-t", strconv.Itoa(holder), "-m", "perl", "-e",
+		`open(F, ">", $ARGV[0]) or die "$!"; print F "half"; $| = 1; select(F); $| = 1; sleep 600`, p)
+	require.NoError(t, writer.Start())
+	t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
+	require.Eventually(t, func() bool { return pendingIn(srv, "page") }, 10*time.Second, 20*time.Millisecond,
+		"the writer's pending version never reached the daemon")
+	require.NoError(t, unix.Unmount(mnt, 0))
+	requireServeEnds(t, srv, 30*time.Second, "the daemon still serves the other mount namespace")
+	b, err := os.ReadFile(filepath.Join(backing, "page"))
+	require.NoError(t, err)
+	require.Equal(t, "old", string(b), "a version pending in the cut-off namespace was committed")
+}
+
+// A lazy unmount here leaves files open through the mount served until
+// their last close, after which the daemon's serve loop ends.
+func TestLazyUnmountServesOpenFiles(t *testing.T) {
+	srv, _, mnt := mountForTest(t)
+	p := filepath.Join(mnt, "page")
+	require.NoError(t, os.WriteFile(p, []byte("kept"), 0o644))
+	f, err := os.Open(p)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH))
+	time.Sleep(watchEvery + heldElsewhere + time.Second)
+	b := make([]byte, 4)
+	n, err := f.ReadAt(b, 0)
+	require.NoError(t, err, "a file open through a lazy unmount was cut off")
+	require.Equal(t, "kept", string(b[:n]))
+	require.NoError(t, f.Close())
+	requireServeEnds(t, srv, 30*time.Second, "the serve loop outlived the last file of a lazy unmount")
+}
+
+// requireServeEnds waits for srv's serve loop to end by itself.
+func requireServeEnds(t *testing.T, srv *Server, limit time.Duration, msg string) {
+	ended := make(chan struct{})
+	go func() { srv.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(limit):
+		t.Fatal(msg)
+	}
+}
+
 // holdMountElsewhere starts a process in a private copy of this mount
 // namespace, which holds mnt, and returns its pid.
 func holdMountElsewhere(t *testing.T, mnt string) int {

@@ -52,7 +52,8 @@ const yieldEvery = 500 * time.Microsecond
 
 var lastYield atomic.Int64
 
-// yieldNow and then; called as a request is handled (rawFS).
+// yieldNowAndThen yields the processor if no request has for
+// yieldEvery; rawFS calls it as it takes a request.
 func yieldNowAndThen() {
 	now := time.Now().UnixNano()
 	if l := lastYield.Load(); now-l >= int64(yieldEvery) && lastYield.CompareAndSwap(l, now) {

@@ -17,10 +17,11 @@ import (
 // service with PrivateTmp=) is not unmounted with it. The daemon's
 // unmount still ends, by ending the connection, and a version a writer
 // there had pending is not committed. Also when the mount was unmounted
-// from outside first.
+// from outside first, and with no unmount by the daemon at all (an
+// fstab mount unit's stop): the daemon ends its serve loop by itself.
 func TestUnmountHeldElsewhere(t *testing.T) {
-	for _, outside := range []bool{false, true} {
-		t.Run("outside="+strconv.FormatBool(outside), func(t *testing.T) {
+	for _, how := range []string{"daemon", "outside-then-daemon", "outside"} {
+		t.Run(how, func(t *testing.T) {
 			srv, backing, mnt := mountForTest(t)
 			p := filepath.Join(mnt, "page")
 			require.NoError(t, os.WriteFile(p, []byte("old"), 0o644))
@@ -31,44 +32,26 @@ func TestUnmountHeldElsewhere(t *testing.T) {
 			t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
 			require.Eventually(t, func() bool { return pendingIn(srv, "page") }, 10*time.Second, 20*time.Millisecond,
 				"the writer's pending version never reached the daemon")
-			if outside {
+			if how != "daemon" {
 				require.NoError(t, unix.Unmount(mnt, 0))
 			}
-			done := make(chan error, 1)
-			go func() { done <- srv.Unmount() }()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Fatal("Unmount still waits while another mount namespace holds the mount")
+			if how == "outside" {
+				requireServeEnds(t, srv, 30*time.Second, "the daemon still serves the other mount namespace")
+			} else {
+				done := make(chan error, 1)
+				go func() { done <- srv.Unmount() }()
+				select {
+				case err := <-done:
+					require.NoError(t, err)
+				case <-time.After(30 * time.Second):
+					t.Fatal("Unmount still waits while another mount namespace holds the mount")
+				}
 			}
 			b, err := os.ReadFile(filepath.Join(backing, "page"))
 			require.NoError(t, err)
 			require.Equal(t, "old", string(b), "a version pending in the cut-off namespace was committed")
 		})
 	}
-}
-
-// An unmount from outside (umount, an fstab mount unit's stop) while a
-// copy of the mount is held in another mount namespace: the daemon,
-// told nothing, ends its connection by itself, and the version pending
-// there is not committed.
-func TestUnmountedOutsideHeldElsewhere(t *testing.T) {
-	srv, backing, mnt := mountForTest(t)
-	p := filepath.Join(mnt, "page")
-	require.NoError(t, os.WriteFile(p, []byte("old"), 0o644))
-	holder := holdMountElsewhere(t, mnt)
-	writer := exec.Command("nsenter", "-t", strconv.Itoa(holder), "-m", "perl", "-e",
-		`open(F, ">", $ARGV[0]) or die "$!"; print F "half"; $| = 1; select(F); $| = 1; sleep 600`, p)
-	require.NoError(t, writer.Start())
-	t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
-	require.Eventually(t, func() bool { return pendingIn(srv, "page") }, 10*time.Second, 20*time.Millisecond,
-		"the writer's pending version never reached the daemon")
-	require.NoError(t, unix.Unmount(mnt, 0))
-	requireServeEnds(t, srv, 30*time.Second, "the daemon still serves the other mount namespace")
-	b, err := os.ReadFile(filepath.Join(backing, "page"))
-	require.NoError(t, err)
-	require.Equal(t, "old", string(b), "a version pending in the cut-off namespace was committed")
 }
 
 // A lazy unmount here leaves files open through the mount served until

@@ -113,6 +113,18 @@ func (t *ids) drop(f *file) {
 	}
 }
 
+// revive puts f back in the tables when a forget dropped it while a
+// lookup was making it a node, unless another file took its backing
+// inode or number meanwhile (f.mu held).
+func (t *ids) revive(f *file) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byKey[f.key] == nil && t.byIno[f.ino] == nil {
+		t.byKey[f.key] = f
+		t.byIno[f.ino] = f
+	}
+}
+
 // inoOf is the inode number a directory listing shows for a backing inode.
 func (t *ids) inoOf(k key) uint64 {
 	t.mu.Lock()

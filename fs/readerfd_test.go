@@ -44,6 +44,7 @@ func TestReaderTakesVersionFd(t *testing.T) {
 	// A reader open across the commit: the writer gets a node of its own.
 	r, err := os.Open(p)
 	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
 	require.NoError(t, os.WriteFile(p, []byte("three"), 0o644))
 	require.False(t, keptVersion(srv, two), "kept after a commit")
 	require.NoError(t, r.Close())

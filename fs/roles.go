@@ -181,6 +181,7 @@ func (r *root) made(n *Node, gen uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.roles.live++
+	r.ids.revive(f) // a forget may have dropped it after the lookup found it
 	n.rl.ver, n.rl.key, n.rl.gen = f.version, k, gen
 	if now := time.Now().UnixNano(); f.roles.writers.toGen(0, gen, now) {
 		// As if written now: readers move on after readerMoveAfter.

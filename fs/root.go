@@ -126,16 +126,20 @@ func (r *root) dropTemp(dir int, f *os.File, nm string) {
 	}
 }
 
-// forget drops a logical file the kernel no longer knows.
+// forget drops a logical file the kernel no longer knows, unless a
+// lookup made it a node again since its last node's forget (live: the
+// two reach the daemon at once).
 func (r *root) forget(f *file) {
 	if f == r.top {
 		return
 	}
 	f.mu.Lock()
-	open := len(f.handles) > 0
-	f.mu.Unlock()
-	if !open {
+	gone := len(f.handles) == 0 && f.roles.live <= 0 && !f.roles.moving
+	if gone {
 		r.ids.drop(f)
+	}
+	f.mu.Unlock()
+	if gone {
 		f.dropGhost()
 		if r.rmw != nil {
 			// Its number may name another file next: a read of this

@@ -170,25 +170,18 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 				fmt.Fprintf(stderr, "safefs-bench: %s on %s: %v\n", w.name, t.name, r.err)
 			}
 			log.Info("done", zap.String("workload", w.name), zap.String("target", t.name), zap.Float64(w.unit, r.value))
-			if r.err == nil && r.ran && cfg.syscalls && w.commits && t.pid != 0 {
-				log.Info("counting", zap.String("workload", w.name), zap.String("target", t.name))
-				c, _ := runOne(ctx, w, t, cfg, func(fn func() error) (err error) {
+			watched := r.err == nil && r.ran && w.commits
+			if watched && cfg.syscalls && t.pid != 0 {
+				r.commits, r.callsErr = rerun(ctx, log, stderr, "counting", w, t, cfg, func(fn func() error) (err error) {
 					r.calls, err = traceCounts(t.pid, fn)
 					return err
 				})
-				if r.commits, r.callsErr = c.value, c.err; c.err != nil {
-					fmt.Fprintf(stderr, "safefs-bench: counting %s on %s: %v\n", w.name, t.name, c.err)
-				}
 			}
-			if r.err == nil && r.ran && cfg.fuseTrace && w.commits && t.unmount != nil {
-				log.Info("tracing", zap.String("workload", w.name), zap.String("target", t.name))
-				c, _ := runOne(ctx, w, t, cfg, func(fn func() error) (err error) {
+			if watched && cfg.fuseTrace && t.unmount != nil {
+				r.opsCommits, r.opsErr = rerun(ctx, log, stderr, "tracing", w, t, cfg, func(fn func() error) (err error) {
 					r.ops, err = traceFUSE(t.dir, fn)
 					return err
 				})
-				if r.opsCommits, r.opsErr = c.value, c.err; c.err != nil {
-					fmt.Fprintf(stderr, "safefs-bench: tracing %s on %s: %v\n", w.name, t.name, c.err)
-				}
 			}
 			res[w.name][t.name] = r
 		}
@@ -210,6 +203,18 @@ func bench(log *zap.Logger, stdout, stderr io.Writer, dir string, tnames []strin
 		return fmt.Errorf("%d of the runs failed", failed)
 	}
 	return nil
+}
+
+// rerun runs w on t again, untimed, inside watch (what: "counting",
+// "tracing"), and returns the commits it made; a failure is also
+// printed on stderr.
+func rerun(ctx context.Context, log *zap.Logger, stderr io.Writer, what string, w workload, t *target, cfg config, watch func(func() error) error) (float64, error) {
+	log.Info(what, zap.String("workload", w.name), zap.String("target", t.name))
+	c, _ := runOne(ctx, w, t, cfg, watch)
+	if c.err != nil {
+		fmt.Fprintf(stderr, "safefs-bench: %s %s on %s: %v\n", what, w.name, t.name, c.err)
+	}
+	return c.value, c.err
 }
 
 // runOne runs w on t in a fresh directory named after w, and removes it

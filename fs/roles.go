@@ -424,5 +424,11 @@ func (n *Node) forgettable() bool {
 		f.roles.current = nil
 	}
 	f.roles.live--
+	return f.nodeless()
+}
+
+// nodeless reports whether no kernel node of f lives and no open is on
+// its way to a new one (f.mu held).
+func (f *file) nodeless() bool {
 	return f.roles.live <= 0 && !f.roles.moving
 }

@@ -134,7 +134,7 @@ func (r *root) forget(f *file) {
 		return
 	}
 	f.mu.Lock()
-	gone := len(f.handles) == 0 && f.roles.live <= 0 && !f.roles.moving
+	gone := len(f.handles) == 0 && f.nodeless()
 	if gone {
 		r.ids.drop(f)
 	}

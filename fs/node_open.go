@@ -228,10 +228,10 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 		n.r.files.give(callerUID(ctx))
 		return nil, nil, 0, n.errno(err)
 	}
-	if h.newFile {
-		// Settled at open: the opener's fstat need not ask again.
-		out.SetAttrTimeout(n.r.attrTimeout(h.n.f, h.baseVer))
-	}
+	// A handle with nothing pending is settled at open (newHandle): the
+	// kernel's permission check of the new file (may_open) and the
+	// opener's fstat need not ask again.
+	out.SetAttrTimeout(n.r.attrTimeout(h.n.f, h.baseVer))
 	if h.write && n.r.opts.VersionCache {
 		h.n.markDirect(callerTid(ctx)) // a writer's node: direct
 	}

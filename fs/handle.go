@@ -31,10 +31,11 @@ type handle struct {
 	tgid     uint32 // the opener's process, 0 if unknown
 	seq      uint64 // order of opening among the file's handles
 
-	first   *os.File // the version opened at open; kept until release
-	base    *os.File // committed version: what reads see without staging
-	baseVer uint64   // f.version when base was opened
-	stage   *os.File // pending version, nil when clean
+	first   *os.File    // the version opened at open; kept until release
+	shared  *sharedFile // first is this node's version descriptor, not the handle's own
+	base    *os.File    // committed version: what reads see without staging
+	baseVer uint64      // f.version when base was opened
+	stage   *os.File    // pending version, nil when clean
 	stageNm string
 	buf     []byte // pending appends not in stage yet (appendbuf.go)
 	// newFile: this handle's create made the file and its pending
@@ -508,7 +509,11 @@ func (h *handle) close() {
 	h.cachedReleased()
 	h.ptRelease()
 	h.setBase(nil, 0)
-	h.first.Close()
+	if h.shared != nil {
+		h.shared.release()
+	} else {
+		h.first.Close()
+	}
 	h.closed = true
 	h.n.r.files.give(h.uid)
 }

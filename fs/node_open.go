@@ -103,10 +103,7 @@ func isWrite(flags uint32) bool {
 // came in between, the handle looks newer versions up rather than take
 // an older one for the latest. made: the caller's create made base.
 func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags uint32, made bool) (*handle, error) {
-	h := &handle{n: n, write: isWrite(flags), append: flags&syscall.O_APPEND != 0, first: base, base: base, baseVer: ver}
-	if c, ok := fuse.FromContext(ctx); ok {
-		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, tgidOf(c.Pid)
-	}
+	h := n.handleOn(ctx, base, ver, flags)
 	h.made = made && h.write && !h.append && !n.r.clustered()
 	if h.made && flags&syscall.O_TRUNC != 0 {
 		// A new file's content starts empty and is kept in memory
@@ -126,6 +123,24 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 	h.settle()
 	n.f.addHandle(h)
 	return h, nil
+}
+
+// handleOn is a new handle on base for the caller, not registered yet.
+func (n *Node) handleOn(ctx context.Context, base *os.File, ver uint64, flags uint32) *handle {
+	h := &handle{n: n, write: isWrite(flags), append: flags&syscall.O_APPEND != 0, first: base, base: base, baseVer: ver}
+	if c, ok := fuse.FromContext(ctx); ok {
+		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, tgidOf(c.Pid)
+	}
+	return h
+}
+
+// sharedHandle is a read-only handle on s, its node's version
+// descriptor, which it holds until release.
+func (n *Node) sharedHandle(ctx context.Context, s *sharedFile, ver uint64, flags uint32) *handle {
+	h := n.handleOn(ctx, s.f, ver, flags)
+	h.shared = s
+	n.f.addHandle(h)
+	return h
 }
 
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
@@ -187,9 +202,8 @@ func (n *Node) open(ctx context.Context, flags uint32) (*handle, *unix.Stat_t, e
 	mode := unix.O_RDONLY
 	if isWrite(flags) {
 		mode = unix.O_RDWR
-	} else if base, st, ver, ok := n.readerVersion(); ok {
-		h, err := n.newHandle(ctx, base, ver, flags, false)
-		return h, st, err
+	} else if s, st, ver, ok := n.readerVersion(); ok {
+		return n.sharedHandle(ctx, s, ver, flags), st, nil
 	}
 	ver := n.f.ver()
 	base, err := n.openCurrent(mode)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,36 +24,59 @@ import (
 // held or taken it for keptIdle: a version deleted or replaced in
 // BACKING is not held open (its space) longer than that.
 
-// readerVersion returns a duplicate of n's version descriptor, the
-// stat of its name and the file's version, for a read-only open; ok
+// The readers' handles share the node's descriptor (sharedFile) rather
+// than each taking a duplicate: a dup, the fcntl of os.NewFile and a
+// close less per open and release. Every holder reads with pread, and a
+// duplicate shared the file description (offset, flags) anyway.
+
+// sharedFile is a descriptor held by a node and the handles reading
+// through it: the last to let go closes it.
+type sharedFile struct {
+	f    *os.File
+	refs atomic.Int32
+}
+
+func newShared(f *os.File) *sharedFile {
+	s := &sharedFile{f: f}
+	s.refs.Store(1)
+	return s
+}
+
+func (s *sharedFile) hold() { s.refs.Add(1) }
+
+func (s *sharedFile) release() {
+	if s.refs.Add(-1) == 0 {
+		s.f.Close()
+	}
+}
+
+// readerVersion returns n's version descriptor, held for the caller,
+// the stat of its name and the file's version, for a read-only open; ok
 // false: open by name.
-func (n *Node) readerVersion() (base *os.File, st *unix.Stat_t, ver uint64, ok bool) {
+func (n *Node) readerVersion() (s *sharedFile, st *unix.Stat_t, ver uint64, ok bool) {
 	f := n.f
 	if !n.r.opts.VersionCache || f.kind != unix.S_IFREG {
 		return nil, nil, 0, false
 	}
 	f.mu.Lock()
-	fd, k := -1, n.rl.key
+	k := n.rl.key
 	if n.rl.fd != nil && n.rl.role == roleReader && n.rl.ver == f.version {
-		var err error
-		if fd, err = unix.FcntlInt(n.rl.fd.Fd(), unix.F_DUPFD_CLOEXEC, 0); err != nil {
-			fd = -1
-		} else {
-			n.rl.fdUsed = time.Now().UnixNano()
-		}
+		s = n.rl.fd
+		s.hold()
+		n.rl.fdUsed = time.Now().UnixNano()
 	}
 	ver = f.version
 	f.mu.Unlock()
-	if fd < 0 {
+	if s == nil {
 		return nil, nil, 0, false
 	}
 	v, ok := n.statName(func(_ name, st *unix.Stat_t) bool { return keyOf(st) == k })
 	if !ok || n.r.ids.current(f) != k {
-		unix.Close(fd) // the name leads elsewhere: open by name
+		s.release() // the name leads elsewhere: open by name
 		return nil, nil, 0, false
 	}
 	n.r.count.versionFd.Add(1)
-	return os.NewFile(uintptr(fd), v.nm), &v.st, ver, true
+	return s, &v.st, ver, true
 }
 
 // keepReaderFd gives n a descriptor of its version from h, a reader
@@ -66,21 +90,21 @@ func (n *Node) keepReaderFd(h *handle) {
 		n.r.readerFds.drop(n)
 		return
 	}
-	n.rl.fd = os.NewFile(uintptr(fd), "version")
+	n.rl.fd = newShared(os.NewFile(uintptr(fd), "version"))
 	n.rl.fdUsed = time.Now().UnixNano()
 }
 
-// dropReaderFd closes n's version descriptor, if any (f.mu held).
+// dropReaderFd lets n's version descriptor go, if any (f.mu held).
 func (n *Node) dropReaderFd() {
 	if fd := n.takeReaderFd(); fd != nil {
-		go fd.Close() // not under f.mu: see takeReaderFd
+		go fd.release() // not under f.mu: see takeReaderFd
 	}
 }
 
 // takeReaderFd removes n's version descriptor (f.mu held); the caller
-// closes it outside the lock (closeFiles): the last close of a replaced
+// lets it go outside the lock (releaseAll): the last close of a replaced
 // version frees it in the file system.
-func (n *Node) takeReaderFd() *os.File {
+func (n *Node) takeReaderFd() *sharedFile {
 	fd := n.rl.fd
 	if fd != nil {
 		n.rl.fd = nil
@@ -91,8 +115,8 @@ func (n *Node) takeReaderFd() *os.File {
 
 // takeReaderFds removes the version descriptors of f's reader nodes
 // (f.mu held).
-func (f *file) takeReaderFds() []*os.File {
-	var fds []*os.File
+func (f *file) takeReaderFds() []*sharedFile {
+	var fds []*sharedFile
 	for n := range f.roles.readers {
 		if fd := n.takeReaderFd(); fd != nil {
 			fds = append(fds, fd)
@@ -106,13 +130,13 @@ func (f *file) dropReaderFds() {
 	f.mu.Lock()
 	fds := f.takeReaderFds()
 	f.mu.Unlock()
-	closeFiles(fds)
+	releaseAll(fds)
 }
 
-func closeFiles(fds []*os.File) {
+func releaseAll(fds []*sharedFile) {
 	for _, fd := range fds {
 		if fd != nil {
-			fd.Close()
+			fd.release()
 		}
 	}
 }
@@ -176,7 +200,7 @@ func (r *root) sweepOnce() bool {
 	nodes := slices.Collect(maps.Keys(k.nodes))
 	k.mu.Unlock()
 	now := time.Now().UnixNano()
-	var idle []*os.File
+	var idle []*sharedFile
 	for _, n := range nodes {
 		n.f.mu.Lock()
 		if n.rl.cached == 0 && now-n.rl.fdUsed >= int64(keptIdle) {
@@ -184,7 +208,7 @@ func (r *root) sweepOnce() bool {
 		}
 		n.f.mu.Unlock()
 	}
-	closeFiles(idle)
+	releaseAll(idle)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.nodes) == 0 {

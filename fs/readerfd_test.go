@@ -120,3 +120,54 @@ func heldDeleted(t *testing.T, backing string) int {
 	}
 	return n
 }
+
+// Readers open at once share their node's descriptor of the version (no
+// descriptor each), keep reading their version after a commit made it
+// old, and the last of them to close lets it go.
+func TestReadersShareVersionFd(t *testing.T) {
+	_, backing, mnt := mountForTest(t)
+	bp, p := filepath.Join(backing, "page"), filepath.Join(mnt, "page")
+	require.NoError(t, os.WriteFile(bp, []byte("one"), 0o644))
+	for range 3 {
+		_, err := os.ReadFile(p)
+		require.NoError(t, err)
+	}
+	var rs []*os.File
+	t.Cleanup(func() {
+		for _, r := range rs {
+			r.Close()
+		}
+	})
+	for range 10 {
+		r, err := os.Open(p)
+		require.NoError(t, err)
+		rs = append(rs, r)
+	}
+	require.LessOrEqual(t, heldOf(t, bp), 2, "descriptors of the version the daemon holds for 10 readers")
+
+	require.NoError(t, os.WriteFile(p, []byte("two, longer"), 0o644))
+	buf := make([]byte, 64)
+	for i, r := range rs {
+		n, err := r.ReadAt(buf, 0)
+		require.Equal(t, "one", string(buf[:n]), "reader %d after the commit (%v)", i, err)
+	}
+	for _, r := range rs {
+		require.NoError(t, r.Close())
+	}
+	rs = nil
+	require.Eventually(t, func() bool { return heldDeleted(t, backing) == 0 }, 10*time.Second, 50*time.Millisecond,
+		"the old version is held open after its last reader closed")
+}
+
+// heldOf counts this process's descriptors (the daemon's) of path.
+func heldOf(t *testing.T, path string) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && l == path {
+			n++
+		}
+	}
+	return n
+}

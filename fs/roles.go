@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"os"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -81,7 +80,7 @@ type nodeRoles struct {
 	// fd: a descriptor of key while the node is a reader of the file's
 	// version, for the next reader's open (readerfd.go); fdUsed: when
 	// it was last taken (ns).
-	fd     *os.File
+	fd     *sharedFile
 	fdUsed int64
 	// opening: threads whose open of n was let through and has no
 	// handle yet, true for a writer: a reader and a writer deciding at
@@ -339,7 +338,7 @@ func (r *root) rolesCommitted(f *file, onBase bool) {
 	}
 	f.mu.Unlock()
 	if len(old) > 0 {
-		go closeFiles(old) // off the committing close()
+		go releaseAll(old) // off the committing close()
 	}
 	// Before the close returns: a reader told of it must see the bytes.
 	for _, n := range stale {

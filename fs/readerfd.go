@@ -16,18 +16,19 @@ import (
 // open, its fstat, a reopen through /proc and a close (openRegularStat),
 // about 15 µs here, for every page a web server serves. So a reader node
 // keeps a descriptor of its version from its first cached reader
-// (rl.fd), and the next reader of the same version takes a duplicate of
-// it once a stat of the name shows the name still leads there (a file
-// replaced directly in BACKING is opened anew, by name). The descriptor
-// goes when the node turns direct, when a commit makes its version old,
-// when the kernel forgets the node, at unmount, and once no reader has
-// held or taken it for keptIdle: a version deleted or replaced in
-// BACKING is not held open (its space) longer than that.
-
-// The readers' handles share the node's descriptor (sharedFile) rather
-// than each taking a duplicate: a dup, the fcntl of os.NewFile and a
-// close less per open and release. Every holder reads with pread, and a
-// duplicate shared the file description (offset, flags) anyway.
+// (rl.fd), and the next reader of the same version reads through it once
+// a stat of the name shows the name still leads there (a file replaced
+// directly in BACKING is opened anew, by name). The node lets the
+// descriptor go when it turns direct, when a commit makes its version
+// old, when the kernel forgets the node, at unmount, and once no reader
+// has held or taken it for keptIdle; the last of the node and the
+// readers' handles to let it go closes it: a version deleted or replaced
+// in BACKING is not held open (its space) longer than its readers.
+//
+// The handles share the node's descriptor (sharedFile) rather than each
+// taking a duplicate: a dup, the fcntl of os.NewFile and a close less per
+// open and release. Every holder reads with pread, and a duplicate shared
+// the file description (offset, flags) anyway.
 
 // sharedFile is a descriptor held by a node and the handles reading
 // through it: the last to let go closes it.

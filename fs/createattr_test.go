@@ -41,22 +41,22 @@ func TestCreateReplyCachesAttrs(t *testing.T) {
 // getattrsBeforeWrite counts the GETATTRs of the node that the CREATE of
 // name made, received before that node's first WRITE (FUSE request trace).
 func getattrsBeforeWrite(t *testing.T, logs *observer.ObservedLogs, name string) int {
-	seq, node, n := "", "", 0
-	for _, e := range logs.FilterLoggerName("fuse").All() {
-		m := e.Message
+	msgs := fuseTrace(logs)
+	node, at := replyNode(t, msgs, func(m string) bool {
+		return strings.Contains(m, "CREATE n") && strings.Contains(m, `"`+name+`"`)
+	})
+	if node == "" {
+		t.Fatalf("no CREATE of %s in the request trace", name)
+	}
+	n := 0
+	for _, m := range msgs[at+1:] {
 		switch {
-		case node == "" && seq == "" && strings.Contains(m, "CREATE n") && strings.Contains(m, `"`+name+`"`):
-			seq = strings.TrimSuffix(strings.Fields(strings.TrimPrefix(m, "rx "))[0], ":")
-		case node == "" && seq != "" && strings.HasPrefix(m, "tx "+seq+":"):
-			i := strings.Index(m, "{n")
-			require.Positive(t, i, "%s", m)
-			node = strings.Fields(m[i+1:])[0]
-		case node != "" && strings.Contains(m, "GETATTR "+node+" "):
+		case strings.Contains(m, "GETATTR "+node+" "):
 			n++
-		case node != "" && strings.Contains(m, "WRITE "+node+" "):
+		case strings.Contains(m, "WRITE "+node+" "):
 			return n
 		}
 	}
-	t.Fatalf("no CREATE of %s followed by a WRITE in the request trace", name)
+	t.Fatalf("no WRITE of %s after its CREATE in the request trace", name)
 	return 0
 }

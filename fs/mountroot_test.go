@@ -60,18 +60,38 @@ func (p *aclProbe) topAsks() int {
 // topID is the top's node as the request trace names it: the FUSE
 // root's, or the one the lookup of topName in it got.
 func (p *aclProbe) topID() string {
-	var seq string
-	for _, e := range p.logs.FilterLoggerName("fuse").All() {
-		m := e.Message
-		if strings.Contains(m, `LOOKUP n1  "`+topName+`"`) {
-			seq = strings.Fields(strings.TrimPrefix(m, "rx "))[0]
-		} else if seq != "" && strings.HasPrefix(m, "tx "+seq+" ") {
-			i := strings.Index(m, "{n")
-			require.Positive(p.t, i, "%s", m)
-			return strings.Fields(m[i+1:])[0]
-		}
+	msgs := fuseTrace(p.logs)
+	if node, _ := replyNode(p.t, msgs, func(m string) bool { return strings.Contains(m, `LOOKUP n1  "`+topName+`"`) }); node != "" {
+		return node
 	}
 	return "n1"
+}
+
+// fuseTrace is the FUSE request trace in logs (mountTraced), in order.
+func fuseTrace(logs *observer.ObservedLogs) []string {
+	var msgs []string
+	for _, e := range logs.FilterLoggerName("fuse").All() {
+		msgs = append(msgs, e.Message)
+	}
+	return msgs
+}
+
+// replyNode finds the first request in msgs that is(request) holds for,
+// and returns the node its reply names ("n5") and the reply's index in
+// msgs; "" and -1 when there is none.
+func replyNode(t *testing.T, msgs []string, is func(string) bool) (string, int) {
+	seq := ""
+	for i, m := range msgs {
+		switch {
+		case seq == "" && strings.HasPrefix(m, "rx ") && is(m):
+			seq = strings.Fields(strings.TrimPrefix(m, "rx "))[0] // "26:"
+		case seq != "" && strings.HasPrefix(m, "tx "+seq+" "):
+			j := strings.Index(m, "{n")
+			require.Positive(t, j, "%s", m)
+			return strings.Fields(m[j+1:])[0], i
+		}
+	}
+	return "", -1
 }
 
 // rootField is the mount's root as /proc/self/mountinfo shows it.

@@ -34,7 +34,8 @@ func mountForTest(t *testing.T, edits ...func(*Options)) (*Server, string, strin
 		o.VersionCache, o.Passthrough = false, false
 	}
 	if v := os.Getenv("SAFEFS_TEST_PASSTHROUGH"); v != "" {
-		o.Passthrough = v == "1"
+		o.Passthrough = v == "1" || v == "write"
+		o.PassthroughWrite = v == "write" && o.VersionCache
 	}
 	for _, e := range edits {
 		e(&o)

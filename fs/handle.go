@@ -78,6 +78,10 @@ type handle struct {
 	rmw    rmwHandle
 	pt     bool // opened with the file's backing ID (passthrough.go)
 	ptNode bool // opened with its node's backing ID (roles_pt.go)
+	// ptWrite: the kernel writes into stage (ptwrite.go); ptSeen: how
+	// stage looked when the daemon last took its writes in.
+	ptWrite bool
+	ptSeen  ptMark
 	// settled: 1 + the committed version this writer shows while it has
 	// nothing pending, 0 if none (settle).
 	settled atomic.Uint64
@@ -434,6 +438,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.flushed.Store(true)
+	h.ptWrote()
 	if !h.dirty {
 		h.settle()
 		return 0
@@ -451,11 +456,13 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if h.openerGoesOn(ctx) {
 		return 0 // the opener's own close commits
 	}
+	last := false
 	if c, ok := fuse.FromContext(ctx); ok {
 		h.closer = c.Pid
 		defer func() { h.closer = 0 }()
+		last = h.ptWrite && h.ptLast(c.Pid)
 	}
-	err := h.commit()
+	err := h.ptCommit(last)
 	if err == nil {
 		h.settle()
 	}
@@ -479,8 +486,9 @@ func (h *handle) killedClose(pid uint32) {
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.ptWrote()
 	if h.dirty {
-		return h.errno(h.commit())
+		return h.errno(h.ptCommit(false)) // the descriptor writes on
 	}
 	return h.errno(h.base.Sync())
 }
@@ -489,6 +497,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.ptWrote()
 	if h.dirty && !h.killed {
 		if err := h.commit(); err != nil {
 			h.n.r.log.Warn("commit at release failed", zap.String("path", h.n.path()), zap.Error(err))

@@ -186,6 +186,9 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		return nil, 0, n.errno(err)
 	}
+	if n.ptWriter(ctx, h, flags) {
+		return h, 0, 0
+	}
 	return h, n.openReply(ctx, h, st), 0
 }
 
@@ -248,6 +251,9 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	out.SetAttrTimeout(n.r.attrTimeout(h.n.f, h.baseVer))
 	if h.write && n.r.opts.VersionCache {
 		h.n.markDirect(callerTid(ctx)) // a writer's node: direct
+	}
+	if h.n.ptWriter(ctx, h, flags) {
+		return in, h, 0, 0
 	}
 	return in, h, h.n.openReply(ctx, h, nil), 0
 }

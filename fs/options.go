@@ -55,6 +55,10 @@ type Options struct {
 	// Passthrough: a reader alone on a file's version is served by the
 	// kernel from that version's backing file (passthrough.go).
 	Passthrough bool
+	// PassthroughWrite: with VersionCache and Passthrough, a write-only
+	// truncating writer alone on its kernel node writes its staging
+	// file through the kernel (ptwrite.go). Experimental, off by default.
+	PassthroughWrite bool
 	// VersionCache: a file's readers alone on a version read it through
 	// the page cache of a kernel inode of that version (roles.go).
 	// Needs script locks in the daemon: ScriptLocks is set if nil.

@@ -20,6 +20,7 @@ func (n *Node) writerMayOpen(tid uint32, retry bool) bool {
 	if !n.r.opts.VersionCache || n.f.kind != unix.S_IFREG {
 		return true
 	}
+	n.ptAwaitRelease()
 	readers := n.othersHold(tid, func(h *handle) bool { return !h.write })
 	f := n.f
 	f.mu.Lock()
@@ -119,6 +120,7 @@ func (n *Node) readerMayOpen(tid uint32, retry bool) bool {
 		f.mu.Unlock()
 		return true
 	}
+	n.ptAwaitRelease()
 	big := n.ptBig()
 	// Another process's handle on n showing another version than this
 	// open's: a writer's pending one (its truncation may have cut n's
@@ -205,7 +207,8 @@ func (f *file) retrying(tid uint32) bool {
 	return ok && s.live(time.Now().UnixNano())
 }
 
-// readerMoves (f.mu held): n is a reader node of an older version while
+// readerMoves (f.mu held): n's backing file is a writer's staging file
+// (ptwrite.go), or n is a reader node of an older version while
 // its readers are open (a direct open there would drop their pages, and
 // its map would fill them with another version's) or while it has a
 // backing file (roles_pt.go), or a direct node that no writer holds and
@@ -213,6 +216,9 @@ func (f *file) retrying(tid uint32) bool {
 // big (its reader will be passed through: ptBig).
 func (n *Node) readerMoves(big bool) bool {
 	f := n.f
+	if n.rl.pt.writer {
+		return true // the backing file is a writer's pending version
+	}
 	if n.rl.ver != f.version && (n.rl.role == roleReader && n.rl.cached > 0 || n.rl.pt.open > 0) {
 		return true // an open there would map the node's backing, an older version
 	}

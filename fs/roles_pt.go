@@ -58,8 +58,12 @@ func (n *Node) isDirect() bool {
 
 // ptNode is a node's passthrough state (under its file's mu).
 type ptNode struct {
-	id   int32 // registered backing ID, 0: none
-	open int   // handles opened with id, not yet released
+	id     int32 // registered backing ID, 0: none
+	open   int   // handles opened with id, not yet released
+	writer bool  // id is a writer's staging file (ptwrite.go)
+	// freed: closed when the last handle with id is released, made by
+	// an open that waits for that (ptAwaitRelease).
+	freed chan struct{}
 }
 
 // ptReader gives h, a reader of n's own version whose base stat is st,
@@ -134,7 +138,10 @@ func (h *handle) ptNodeReleased() {
 		return
 	}
 	n.r.ptUnregister(n.rl.pt.id)
-	n.rl.pt.id = 0
+	if n.rl.pt.freed != nil {
+		close(n.rl.pt.freed)
+	}
+	n.rl.pt = ptNode{}
 	delete(n.f.roles.pt, n)
 }
 

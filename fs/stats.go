@@ -33,12 +33,19 @@ type Stats struct {
 	// another version while a passthrough reader was open).
 	Passthrough       int64 `json:"passthrough"`
 	PassthroughDirect int64 `json:"passthrough_direct"`
+	// PassthroughWrite (option passthrough=write): writers whose writes
+	// the kernel put in their staging file; PassthroughCopied: their
+	// commits that published a copy, since the descriptor could still
+	// write (fsync, or a copy of it open in another process).
+	PassthroughWrite  int64 `json:"passthrough_write"`
+	PassthroughCopied int64 `json:"passthrough_copied"`
 }
 
 type counters struct {
 	commits, rejected, killed, dropped, tooManyFiles, noSpace atomic.Int64
 	rmwSessions, rmwWaits, rmwCycles, rmwGaveUp               atomic.Int64
 	passthrough, passthroughDirect                            atomic.Int64
+	passthroughWrite, passthroughCopied                       atomic.Int64
 	versionFd                                                 atomic.Int64 // opens that took a node's descriptor (readerfd.go); tests only
 }
 
@@ -46,7 +53,8 @@ func (c *counters) snapshot() Stats {
 	return Stats{Commits: c.commits.Load(), Rejected: c.rejected.Load(), Killed: c.killed.Load(),
 		Dropped: c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load(),
 		RMWSessions: c.rmwSessions.Load(), RMWWaits: c.rmwWaits.Load(), RMWCycles: c.rmwCycles.Load(), RMWGaveUp: c.rmwGaveUp.Load(),
-		Passthrough: c.passthrough.Load(), PassthroughDirect: c.passthroughDirect.Load()}
+		Passthrough: c.passthrough.Load(), PassthroughDirect: c.passthroughDirect.Load(),
+		PassthroughWrite: c.passthroughWrite.Load(), PassthroughCopied: c.passthroughCopied.Load()}
 }
 
 // Stats returns the counts since the mount.
@@ -62,5 +70,6 @@ func (r *root) logStats() {
 		zap.Int64("too_many_files", st.TooManyFiles), zap.Int64("no_space", st.NoSpace),
 		zap.Int64("rmw_sessions", st.RMWSessions), zap.Int64("rmw_waits", st.RMWWaits),
 		zap.Int64("rmw_cycles_broken", st.RMWCycles), zap.Int64("rmw_waits_given_up", st.RMWGaveUp),
-		zap.Int64("passthrough", st.Passthrough), zap.Int64("passthrough_direct", st.PassthroughDirect))
+		zap.Int64("passthrough", st.Passthrough), zap.Int64("passthrough_direct", st.PassthroughDirect),
+		zap.Int64("passthrough_write", st.PassthroughWrite), zap.Int64("passthrough_copied", st.PassthroughCopied))
 }

@@ -142,8 +142,8 @@ func rmwFromEnv(o *fs.Options) {
 // OptionsFromEnv applies the test environment to the options, so that a
 // whole suite runs with them: SAFEFS_TEST_CACHE=direct turns cache=version
 // off (and passthrough=read, unless SAFEFS_TEST_PASSTHROUGH=1 keeps it),
-// SAFEFS_TEST_PASSTHROUGH=0 or 1 turns passthrough=read off or on,
-// SAFEFS_TEST_DURABILITY=none sets durability=none and
+// SAFEFS_TEST_PASSTHROUGH=0 or 1 turns passthrough=read off or on, =write
+// turns passthrough=write on, SAFEFS_TEST_DURABILITY=none sets durability=none and
 // SAFEFS_TEST_LOCKS=daemon sets locks=daemon.
 func OptionsFromEnv(o *fs.Options) {
 	if os.Getenv("SAFEFS_TEST_CACHE") == "direct" {
@@ -157,6 +157,8 @@ func OptionsFromEnv(o *fs.Options) {
 		o.Passthrough = false
 	case "1":
 		o.Passthrough = true
+	case "write":
+		o.Passthrough, o.PassthroughWrite = true, o.VersionCache
 	}
 	if os.Getenv("SAFEFS_TEST_DURABILITY") == "none" {
 		o.Durable = false

@@ -69,8 +69,8 @@ var mountOptions = []mountOption{
 	{name: "staging_pool", value: "N", help: "empty staging files made ahead of the opens that need them (0: each open creates its own)",
 		show: func(c mountConfig) string { return strconv.Itoa(c.fs.StagingPool) },
 		set:  func(c *mountConfig, v string) error { return setCount(&c.fs.StagingPool, v, 0) }},
-	{name: "passthrough", value: "off|read", help: "read: a reader alone on a file's version reads it through the kernel from the backing file (FUSE passthrough; needs root and kernel 6.9+, else reads stay as without it), not through the daemon; default off with cache=direct",
-		show: func(c mountConfig) string { return passthroughName(c.fs.Passthrough) },
+	{name: "passthrough", value: "off|read|write", help: "read: a reader alone on a file's version reads it through the kernel from the backing file (FUSE passthrough; needs root and kernel 6.9+, else reads stay as without it), not through the daemon; write (experimental, cache=version only): read, and a write-only truncating writer alone on its file writes its staging file through the kernel; default off with cache=direct",
+		show: func(c mountConfig) string { return passthroughName(c.fs.Passthrough, c.fs.PassthroughWrite) },
 		set:  setPassthrough},
 	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, not by the kernel per inode (in cluster mode they always are, in etcd; with cache=version too); kernel: implies cache=direct",
 		show: locksName, set: setLocks},
@@ -436,11 +436,17 @@ func (c *mountConfig) settleCache() error {
 	if !c.fs.VersionCache && !c.given.passthrough {
 		c.fs.Passthrough = false
 	}
+	if c.fs.PassthroughWrite && !c.fs.VersionCache {
+		return failf(exitUsage, "passthrough=write needs cache=version (not in cluster mode nor with locks=kernel)")
+	}
 	return nil
 }
 
-func passthroughName(on bool) string {
-	if on {
+func passthroughName(on, write bool) string {
+	switch {
+	case on && write:
+		return "write"
+	case on:
 		return "read"
 	}
 	return "off"
@@ -481,15 +487,17 @@ func locksName(c mountConfig) string {
 	return "kernel"
 }
 
-// setPassthrough parses passthrough=off|read.
+// setPassthrough parses passthrough=off|read|write.
 func setPassthrough(c *mountConfig, v string) error {
 	switch v {
 	case "off":
-		c.fs.Passthrough = false
+		c.fs.Passthrough, c.fs.PassthroughWrite = false, false
 	case "read":
-		c.fs.Passthrough = true
+		c.fs.Passthrough, c.fs.PassthroughWrite = true, false
+	case "write":
+		c.fs.Passthrough, c.fs.PassthroughWrite = true, true
 	default:
-		return fmt.Errorf("passthrough=%q: want off or read", v)
+		return fmt.Errorf("passthrough=%q: want off, read or write", v)
 	}
 	c.given.passthrough = true
 	return nil

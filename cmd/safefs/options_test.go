@@ -49,6 +49,10 @@ func TestParseMountArgs(t *testing.T) {
 		}},
 		{"rmw off", "-o rmw=auto:x,rmw=off b m", func(c *mountConfig) { c.fs.RMWAuto, c.fs.RMWGlobs = false, nil }},
 		{"passthrough read", "-o passthrough=read b m", func(c *mountConfig) { c.given.passthrough = true }},
+		{"passthrough write", "-o passthrough=write b m", func(c *mountConfig) {
+			c.given.passthrough, c.fs.PassthroughWrite = true, true
+		}},
+		{"passthrough write then read", "-o passthrough=write,passthrough=read b m", func(c *mountConfig) { c.given.passthrough = true }},
 		{"passthrough off", "-o passthrough=read,passthrough=off b m", func(c *mountConfig) {
 			c.fs.Passthrough, c.given.passthrough = false, true
 		}},
@@ -94,6 +98,8 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o cache b m", "-o cache=page b m",
 		"-o cache=version,cluster=etcd,etcd=http://127.0.0.1:1 b m",
 		"-o cache=version,locks=kernel b m", "-o locks=kernel,cache=version b m",
+		"-o passthrough=write,cache=direct b m", "-o passthrough=write,locks=kernel b m",
+		"-o passthrough=write,cluster=etcd,etcd=http://127.0.0.1:1 b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))
@@ -111,6 +117,7 @@ func TestDefaultsMatchFS(t *testing.T) {
 	assert.False(t, c.fs.ReadOnly)
 	assert.True(t, c.fs.VersionCache)
 	assert.True(t, c.fs.Passthrough)
+	assert.False(t, c.fs.PassthroughWrite)
 	assert.Equal(t, "daemon", locksName(c))
 	assert.Equal(t, "console", c.logFormat)
 	assert.Equal(t, "info", c.logLevel)

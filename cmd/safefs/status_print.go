@@ -34,7 +34,7 @@ func printStatus(out io.Writer, st *fs.Status) {
 	fmt.Fprintf(w, "counters: commits %d, rejected %d, killed %d, dropped %d, too_many_files %d, no_space %d\n",
 		c.Commits, c.Rejected, c.Killed, c.Dropped, c.TooManyFiles, c.NoSpace)
 	fmt.Fprintf(w, "  rmw: sessions %d, waits %d, cycles %d, gave_up %d\n", c.RMWSessions, c.RMWWaits, c.RMWCycles, c.RMWGaveUp)
-	fmt.Fprintf(w, "  passthrough: opens %d, maps only %d\n", c.Passthrough, c.PassthroughDirect)
+	fmt.Fprintf(w, "  passthrough: opens %d, maps only %d, writers %d (commits of a copy %d)\n", c.Passthrough, c.PassthroughDirect, c.PassthroughWrite, c.PassthroughCopied)
 	_ = w.Flush()
 }
 

@@ -34,6 +34,8 @@ var safefsTargets = []struct {
 	{"safefs-direct-none", func(o *safefs.Options) { cacheDirect(o); o.Durable = false }},
 	{"safefs-passthrough", func(o *safefs.Options) { o.VersionCache = false }},                           // cache=direct,passthrough=read
 	{"safefs-locks", func(o *safefs.Options) { cacheDirect(o); o.ScriptLocks = scriptlock.NewMemory() }}, // locks=daemon
+	{"safefs-ptw", func(o *safefs.Options) { o.PassthroughWrite = true }},                                // passthrough=write
+	{"safefs-ptw-none", func(o *safefs.Options) { o.PassthroughWrite, o.Durable = true, false }},
 }
 
 // cacheDirect is cache=direct (passthrough off with it): one kernel

@@ -102,6 +102,7 @@ var workloads = []workload{
 	{name: "create-4k", unit: "files/s", run: create4k, commits: true},
 	{name: "rewrite-4k", unit: "commits/s", setup: rewriteSetup, run: rewrite4k, commits: true},
 	{name: "seq-write", unit: "MB/s", run: seqWrite},
+	{name: "seq-rewrite", unit: "MB/s", setup: seqRewriteSetup, run: seqWrite},
 	{name: "seq-read-cold", unit: "MB/s", cold: true, setup: seqReadSetup, run: seqRead},
 	{name: "seq-read-warm", unit: "MB/s", setup: seqReadWarmSetup, run: seqRead},
 	{name: "mmap-read", unit: "MB/s", setup: mmapSetup, run: mmapRead},
@@ -182,6 +183,12 @@ func writeSeq(ctx context.Context, path string, size int64) error {
 
 func seqWrite(e *env) (float64, error) {
 	return float64(e.cfg.seqSize) / 1e6, writeSeq(e.ctx, e.path("data"), e.cfg.seqSize)
+}
+
+// seqRewriteSetup puts the file in the backing directory: the timed
+// write truncates and rewrites it (passthrough=write's case).
+func seqRewriteSetup(e *env) error {
+	return writeSeq(e.ctx, filepath.Join(e.raw, "data"), e.cfg.seqSize)
 }
 
 // seqReadSetup writes the file through the target, so safefs reads a file

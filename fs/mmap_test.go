@@ -295,7 +295,14 @@ type mmProc struct {
 func mmStartSession(t *testing.T, path string) *mmProc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang only
-	p := &mmProc{cmd: mmCommand(ctx, "session", path)}
+	return startProc(t, mmCommand(ctx, "session", path), cancel)
+}
+
+// startProc starts cmd with its stdin and stdout piped to the test; the
+// cleanup closes its stdin, waits for it and cancels its context.
+func startProc(t *testing.T, cmd *exec.Cmd, cancel context.CancelFunc) *mmProc {
+	t.Helper()
+	p := &mmProc{cmd: cmd}
 	p.cmd.Stderr = os.Stderr
 	var err error
 	p.stdin, err = p.cmd.StdinPipe()

@@ -5,10 +5,8 @@ package fs_test
 // writers are Perl processes driven line by line, as scripts would run.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -39,36 +37,16 @@ func ptwMount(t *testing.T, v1 []byte) (*testfs.Mount, string) {
 	return m, m.Path("f")
 }
 
-// ptwProc is a Perl script that prints a line after each step and waits
-// for a line on stdin before the next.
-type ptwProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-}
-
-func ptwStart(t *testing.T, script string, args ...string) *ptwProc {
+// ptwStart runs a Perl script that prints a line after each step and
+// waits for a line on stdin before the next.
+func ptwStart(t *testing.T, script string, args ...string) *mmProc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang only
-	p := &ptwProc{cmd: exec.CommandContext(ctx, "perl", append([]string{"-e", script}, args...)...)}
-	p.cmd.Stderr = os.Stderr
-	var err error
-	p.stdin, err = p.cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := p.cmd.StdoutPipe()
-	require.NoError(t, err)
-	p.out = bufio.NewReader(stdout)
-	require.NoError(t, p.cmd.Start())
-	t.Cleanup(func() {
-		_ = p.stdin.Close()
-		_ = p.cmd.Wait()
-		cancel()
-	})
-	return p
+	return startProc(t, exec.CommandContext(ctx, "perl", append([]string{"-e", script}, args...)...), cancel)
 }
 
 // expect waits for the script's next line, which must be want.
-func (p *ptwProc) expect(t *testing.T, want string) {
+func (p *mmProc) expect(t *testing.T, want string) {
 	t.Helper()
 	l, err := p.out.ReadString('\n')
 	require.NoError(t, err, "script ended before %q", want)
@@ -76,7 +54,7 @@ func (p *ptwProc) expect(t *testing.T, want string) {
 }
 
 // next lets the script go on to its next step.
-func (p *ptwProc) next(t *testing.T) {
+func (p *mmProc) next(t *testing.T) {
 	t.Helper()
 	_, err := p.stdin.Write([]byte("\n"))
 	require.NoError(t, err)

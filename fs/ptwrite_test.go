@@ -9,6 +9,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -198,4 +199,49 @@ func requireFile(t *testing.T, path string, want []byte, when string) {
 	got, err := os.ReadFile(path)
 	require.NoError(t, err, when)
 	require.True(t, bytes.Equal(want, got), "%s: %d bytes, want %d", when, len(got), len(want))
+}
+
+// ptwRewriter rewrites $ARGV[0] $ARGV[2] times with $ARGV[1] bytes of
+// one letter, its own.
+const ptwRewriter = `my ($p, $size, $n, $c) = @ARGV;
+for (1 .. $n) {
+	open(my $f, ">", $p) or die "open: $!";
+	my $left = $size;
+	while ($left > 0) { my $k = $left < 65536 ? $left : 65536; syswrite($f, $c x $k) == $k or die "write: $!"; $left -= $k }
+	close($f) or die "close: $!";
+}`
+
+// ptwChecker reads $ARGV[0] whole $ARGV[2] times and dies unless each
+// read is $ARGV[1] bytes of one letter.
+const ptwChecker = `my ($p, $size, $n) = @ARGV;
+for (1 .. $n) {
+	open(my $f, "<", $p) or die "open: $!";
+	local $/; my $d = <$f>; close($f);
+	length($d) == $size or die "read " . length($d) . " bytes";
+	my $c = substr($d, 0, 1);
+	$d =~ /^\Q$c\E+$/ or die "mixed versions";
+}`
+
+// TestPtWriteConcurrent: writers rewriting one big file at once (one
+// passed through at a time, the others on nodes of their own) and
+// readers reading it: every read is one writer's version, whole.
+func TestPtWriteConcurrent(t *testing.T) {
+	const size = 2 << 20
+	m, path := ptwMount(t, bytes.Repeat([]byte("a"), size))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang only
+	defer cancel()
+	var cmds []*exec.Cmd
+	for i, c := range []string{"b", "c", "d"} {
+		cmds = append(cmds, exec.CommandContext(ctx, "perl", "-e", ptwRewriter, path, "2097152", "15", c))
+		cmds = append(cmds, exec.CommandContext(ctx, "perl", "-e", ptwChecker, path, "2097152", strconv.Itoa(40+i)))
+	}
+	outs := make([]bytes.Buffer, len(cmds))
+	for i, c := range cmds {
+		c.Stdout, c.Stderr = &outs[i], &outs[i]
+		require.NoError(t, c.Start())
+	}
+	for i, c := range cmds {
+		require.NoError(t, c.Wait(), "%v: %s", c.Args[3:], outs[i].String())
+	}
+	require.Positive(t, m.Stats().PassthroughWrite, "no writer was passed through")
 }

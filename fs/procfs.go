@@ -3,6 +3,7 @@ package fs
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -243,6 +244,50 @@ func holdsOpen(pid uint32, ino uint64, mnt int) bool {
 		return ok && m == mnt && i == ino
 	})
 }
+
+// descendants lists the processes below pid (through every thread's
+// children), at most limit; all is false when there were more or a list
+// could not be read.
+func descendants(pid uint32, limit int) (kids []uint32, all bool) {
+	todo := []uint32{pid}
+	for len(todo) > 0 {
+		p := todo[0]
+		todo = todo[1:]
+		tasks, err := os.ReadDir(pidPath(p, "task"))
+		if err != nil && p != pid && errors.Is(err, os.ErrNotExist) {
+			continue // ended meanwhile: holds nothing
+		}
+		if err != nil {
+			return kids, false
+		}
+		for _, t := range tasks {
+			task := pidPath(p, "task/"+t.Name())
+			b, err := readProcFile(task+"/children", false)
+			if err != nil {
+				if _, serr := os.Stat(task); serr == nil {
+					return kids, false // the thread lives: no children file (CONFIG_PROC_CHILDREN)
+				}
+				continue // the thread ended
+			}
+			for _, w := range strings.Fields(string(b)) {
+				k, err := strconv.ParseUint(w, 10, 32)
+				if err != nil {
+					return kids, false
+				}
+				if len(kids) == limit {
+					return kids, false
+				}
+				kids = append(kids, uint32(k))
+				todo = append(todo, uint32(k))
+			}
+		}
+	}
+	return kids, true
+}
+
+// maxDescendants bounds the processes ptLast looks at; beyond, a copy is
+// committed.
+const maxDescendants = 64
 
 // anyFdinfo reports whether is holds for the /proc/<pid>/fdinfo file
 // of one of process pid's descriptors; def if they cannot be listed, or

@@ -2,11 +2,8 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -194,10 +191,6 @@ func (h *handle) ptLast(pid uint32) bool {
 // descriptor of the closing process and of each of its descendants).
 const ptCopyMax = 64 << 10
 
-// maxDescendants bounds the processes ptLast looks at; beyond, a copy is
-// committed.
-const maxDescendants = 64
-
 // ptCommit commits h; a passed-through writer's descriptor that may still
 // write (last false) commits a copy of its staging file, which stays the
 // kernel's backing file.
@@ -224,46 +217,6 @@ func (h *handle) ptCommit(last bool) error {
 	h.settled.Store(0)
 	r.count.passthroughCopied.Add(1)
 	return err
-}
-
-// descendants lists the processes below pid (through every thread's
-// children), at most max; all is false when there were more or a list
-// could not be read.
-func descendants(pid uint32, max int) (kids []uint32, all bool) {
-	todo := []uint32{pid}
-	for len(todo) > 0 {
-		p := todo[0]
-		todo = todo[1:]
-		tasks, err := os.ReadDir(pidPath(p, "task"))
-		if err != nil && p != pid && errors.Is(err, os.ErrNotExist) {
-			continue // ended meanwhile: holds nothing
-		}
-		if err != nil {
-			return kids, false
-		}
-		for _, t := range tasks {
-			task := pidPath(p, "task/"+t.Name())
-			b, err := readProcFile(task+"/children", false)
-			if err != nil {
-				if _, serr := os.Stat(task); serr == nil {
-					return kids, false // the thread lives: no children file (CONFIG_PROC_CHILDREN)
-				}
-				continue // the thread ended
-			}
-			for _, w := range strings.Fields(string(b)) {
-				k, err := strconv.ParseUint(w, 10, 32)
-				if err != nil {
-					return kids, false
-				}
-				if len(kids) == max {
-					return kids, false
-				}
-				kids = append(kids, uint32(k))
-				todo = append(todo, uint32(k))
-			}
-		}
-	}
-	return kids, true
 }
 
 // ptAwaitRelease waits, at most ptReleaseWait, for the release of n's

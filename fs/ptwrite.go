@@ -52,11 +52,8 @@ func (n *Node) ptWriter(ctx context.Context, h *handle, flags uint32) bool {
 	if !ok {
 		return false
 	}
-	n.rl.pt.id, n.rl.pt.writer = id, true
-	if f.roles.pt == nil {
-		f.roles.pt = map[*Node]struct{}{}
-	}
-	f.roles.pt[n] = struct{}{}
+	n.ptSet(id)
+	n.rl.pt.writer = true
 	n.ptShare(ctx, h)
 	h.ptWrite = true
 	h.settled.Store(0) // its writes are not seen: its view is never the committed one
@@ -153,7 +150,8 @@ func (h *handle) ptWrote() {
 	h.ptSeen = markOf(&st) // taken in once: a killed writer's stays killed
 	h.rmwWrite()
 	h.changed()
-	h.noteSize()
+	// noteSize's record, from the stat just taken.
+	h.staged.Store(st.Size + 1)
 	h.wrote = true // each write dropped the kernel's cached size and times
 }
 

@@ -81,15 +81,20 @@ func (n *Node) ptReader(ctx context.Context, h *handle, st *unix.Stat_t) bool {
 		if !ok {
 			return false
 		}
-		n.rl.pt.id = id
-		if n.f.roles.pt == nil {
-			n.f.roles.pt = map[*Node]struct{}{}
-		}
-		n.f.roles.pt[n] = struct{}{}
+		n.ptSet(id)
 	}
 	n.ptShare(ctx, h)
 	n.r.count.passthrough.Add(1)
 	return true
+}
+
+// ptSet records id as n's backing file (f.mu held).
+func (n *Node) ptSet(id int32) {
+	n.rl.pt.id = id
+	if n.f.roles.pt == nil {
+		n.f.roles.pt = map[*Node]struct{}{}
+	}
+	n.f.roles.pt[n] = struct{}{}
 }
 
 // ptMay reports whether n may enter passthrough mode for h (f.mu held).

@@ -144,13 +144,16 @@ func (b *lockBook) holds(f *file, o lockOwner) bool {
 }
 
 // heldBy reports whether process pid holds a script lock through this
-// daemon.
+// daemon. A flock whose handles were all closed since their last use is
+// not counted: it ends with their RELEASE, on its way after close()
+// returned (closedLocked), and a script that closed its LOCK_SH reader
+// holds nothing when it opens the file to rewrite it.
 func (b *lockBook) heldBy(pid uint32) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, fl := range b.files {
-		for _, w := range fl.owners {
-			if w.pid == pid {
+		for o, w := range fl.owners {
+			if w.pid == pid && !(o.flock && b.closedLocked(o.id)) {
 				return true
 			}
 		}

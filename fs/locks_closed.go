@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/safefs/safefs/scriptlock"
@@ -20,32 +19,37 @@ import (
 const closedLockWait = 200 * time.Millisecond
 
 // closedHolders reports whether f has flock owners other than o, all of
-// them handles closed since their last use (flushed), whose close the
-// daemon is not told of (noFlush), or being released (no longer
-// numbered: dropFlock).
+// them closed (closedLocked).
 func (b *lockBook) closedHolders(f *file, o lockOwner) bool {
-	var ids []uint64
-	var hs []*handle
 	b.mu.Lock()
-	if fl := b.files[f]; fl != nil {
-		for w := range fl.owners {
-			if w.flock && w.id != o.id {
-				ids = append(ids, w.id)
+	defer b.mu.Unlock()
+	fl := b.files[f]
+	if fl == nil {
+		return false
+	}
+	some := false
+	for w := range fl.owners {
+		if w.flock && w.id != o.id {
+			if !b.closedLocked(w.id) {
+				return false
 			}
+			some = true
 		}
 	}
-	for h, id := range b.flocks {
-		if slices.Contains(ids, id) {
-			hs = append(hs, h)
-		}
-	}
-	b.mu.Unlock()
-	for _, h := range hs {
-		if !h.flushed.Load() && !h.noFlush.Load() {
+	return some
+}
+
+// closedLocked reports whether flock owner id's handles are all closed
+// since their last use (flushed), or their close is not told to the
+// daemon (noFlush), or none is left (being released: no longer numbered,
+// dropFlock) (b.mu held).
+func (b *lockBook) closedLocked(id uint64) bool {
+	for h, hid := range b.flocks {
+		if hid == id && !h.flushed.Load() && !h.noFlush.Load() {
 			return false
 		}
 	}
-	return len(ids) > 0
+	return true
 }
 
 // awaitRelease is a non-blocking flock request r retried as a wait of at

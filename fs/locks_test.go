@@ -88,3 +88,19 @@ func TestLockBookLostBy(t *testing.T) {
 		t.Fatal("a live lock, or a process without locks, counted as lost")
 	}
 }
+
+// A flock held only through handles closed since their last use does
+// not count as held by its process: its RELEASE is on the way.
+func TestLockBookHeldByClosedFlock(t *testing.T) {
+	var b lockBook
+	f, h := &file{}, &handle{}
+	o := lockOwner{id: b.flockID(h, true), flock: true}
+	b.end(f, b.begin(f, "k"), o, holder{pid: 42}, true)
+	if !b.heldBy(42) {
+		t.Fatal("a flock through an open handle is not held")
+	}
+	h.flushed.Store(true)
+	if b.heldBy(42) {
+		t.Fatal("a flock whose handle was closed still counts as held")
+	}
+}

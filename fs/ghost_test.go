@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -28,4 +29,60 @@ func TestSymlinkGhostReads(t *testing.T) {
 	n, err := unix.Readlinkat(fd, "", buf)
 	require.NoError(t, err, "readlink of the symlink renamed over")
 	assert.Equal(t, "target", string(buf[:max(n, 0)]))
+}
+
+// A file removed through the mount leaves no descriptor of it in the
+// daemon once the kernel forgot it, so its blocks are freed: also when
+// its writer wrote for longer than the name's entry timeout, so that the
+// removal looked the name up again first (a ghost was kept for good
+// then, holding a big file's disk space until unmount).
+func TestRemovedFileFreed(t *testing.T) {
+	_, backing, mnt := mountForTest(t)
+	p := filepath.Join(mnt, "big")
+	f, err := os.Create(p)
+	require.NoError(t, err)
+	_, err = f.Write(make([]byte, 4096))
+	require.NoError(t, err)
+	time.Sleep(1200 * time.Millisecond) // past the entry's 1 s
+	_, err = f.Write(make([]byte, 4096))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, os.Remove(p))
+	gone := filepath.Join(backing, "big") + " (deleted)"
+	held := func() (n int) {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		for _, e := range ents {
+			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == gone {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for held() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.Zero(t, held(), "descriptors of the removed file left in the daemon")
+}
+
+// A file whose name the kernel looked up again after its entry timeout
+// leaves the daemon's tables once the kernel forgets it (the lookup's
+// node, which go-fuse dropped for the one it knew, counted for good).
+func TestRelookedFileForgotten(t *testing.T) {
+	srv, backing, mnt := mountForTest(t)
+	p := filepath.Join(mnt, "a")
+	require.NoError(t, os.WriteFile(p, []byte("data"), 0o644))
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(backing, "a"), &st))
+	time.Sleep(1200 * time.Millisecond) // past the entry's 1 s
+	_, err := os.Stat(p)
+	require.NoError(t, err)
+	k := keyOf(&st)
+	require.True(t, srv.r.ids.known(k))
+	deadline := time.Now().Add(3 * time.Second)
+	for srv.r.ids.known(k) && time.Now().Before(deadline) {
+		require.NoError(t, os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0))
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.False(t, srv.r.ids.known(k), "the file stayed in the tables after the kernel forgot it")
 }

@@ -240,7 +240,7 @@ func (r *root) serveTree(mountpoint, backing string, hidden bool) (*fuse.Server,
 		fuseRoot, rootIno = &hiddenRoot{top: top}, hiddenRootIno
 	}
 	o := r.fuseOptions(backing, rootIno)
-	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(fuseRoot, o), o.EnableLocks, &r.pt}, mountpoint, &o.MountOptions)
+	srv, err := fuse.NewServer(rawFS{gofs.NewNodeFS(fuseRoot, o), o.EnableLocks, &r.pt, &r.cands}, mountpoint, &o.MountOptions)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -25,6 +26,8 @@ type Node struct {
 	dirfd int // directories: O_PATH fd, opened on first use; -1 before
 
 	rl nodeRoles // its role (roles.go), under f.mu
+
+	forgot atomic.Bool // OnForget ran: once, from go-fuse or candidates.settle
 }
 
 func (r *root) newNode(f *file) *Node { return &Node{r: r, f: f, dirfd: -1} }
@@ -97,6 +100,9 @@ func (n *Node) errno(err error) syscall.Errno {
 // OnForget drops the directory fd and, once nothing refers to the logical
 // file any more, its table entries.
 func (n *Node) OnForget() {
+	if n.forgot.Swap(true) {
+		return
+	}
 	n.r.dirs.drop(n)
 	n.closeDir()
 	if n.forgettable() {
@@ -294,7 +300,7 @@ func (n *Node) nodeFor(ctx context.Context, f *file, st *unix.Stat_t, out *fuse.
 	id := f.identityNow(callerTid(ctx))
 	in := n.NewInode(ctx, nn, id)
 	if in.Operations() == gofs.InodeEmbedder(nn) {
-		n.r.made(nn, id.Gen)
+		n.r.made(ctx, nn, id.Gen)
 	}
 	return in
 }

@@ -15,6 +15,7 @@ type rawFS struct {
 	fuse.RawFileSystem
 	locks bool    // script locks: unlocks at close and release (locks.go)
 	pt    *ptRoot // passthrough: backing IDs for OPEN replies
+	cands *candidates
 }
 
 // noFh is set in the caller's pid, which never reaches 2^31.
@@ -22,6 +23,7 @@ const noFh = 1 << 31
 
 func (w rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	yieldNowAndThen()
+	defer w.cands.settle(cancel)
 	return w.RawFileSystem.Lookup(cancel, h, name, out)
 }
 
@@ -88,6 +90,7 @@ func splitUmask(mode uint32) (uint32, uint32) {
 func (w rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	yieldNowAndThen()
 	in.Mode = withUmask(in.Mode, in.Umask)
+	defer w.cands.settle(cancel)
 	st := w.RawFileSystem.Create(cancel, in, name, out)
 	w.pt.ptReply(cancel, &out.OpenOut)
 	return st
@@ -100,10 +103,22 @@ func (w rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.Crea
 
 func (w rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	in.Mode = withUmask(in.Mode, in.Umask)
+	defer w.cands.settle(cancel)
 	return w.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
 func (w rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	in.Mode = withUmask(in.Mode, in.Umask)
+	defer w.cands.settle(cancel)
 	return w.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+func (w rawFS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	defer w.cands.settle(cancel)
+	return w.RawFileSystem.Symlink(cancel, h, target, name, out)
+}
+
+func (w rawFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer w.cands.settle(cancel)
+	return w.RawFileSystem.Link(cancel, in, name, out)
 }

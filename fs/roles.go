@@ -58,7 +58,7 @@ type roles struct {
 	// the file must stay in the tables (else the retry meets a new
 	// logical file, which another reader may cache: a second ESTALE).
 	moving bool
-	live   int // nodes made and not forgotten (one that lost a lookup race to another stays counted)
+	live   int // nodes made and not forgotten (candidates.go)
 	// pt: nodes with a backing file registered (roles_pt.go); appended:
 	// an append was committed, no reader is passed through.
 	pt       map[*Node]struct{}
@@ -170,11 +170,13 @@ func (n *Node) routedElsewhere(tid uint32) bool {
 // made records that node n of generation gen was just made for f: it
 // starts fresh for the version f has now, or direct when a writer sent
 // on is on its way to it.
-// (Two lookups may each make one; go-fuse keeps one, so both start alike.)
-func (r *root) made(n *Node, gen uint64) {
+// (Two lookups may each make one; go-fuse keeps one, so both start alike;
+// the request's end forgets the one go-fuse dropped: candidates.)
+func (r *root) made(ctx context.Context, n *Node, gen uint64) {
 	if !r.opts.VersionCache {
 		return
 	}
+	r.cands.add(ctx, n)
 	f := n.f
 	k := r.ids.current(f) // under the tables' lock; a commit in between only makes it not cache
 	f.mu.Lock()

@@ -67,6 +67,7 @@ type root struct {
 	ckMu       sync.Mutex    // one checkpoint at a time
 	book       lockBook      // script locks held through this daemon (locks.go)
 	pt         ptRoot        // passthrough (passthrough.go)
+	cands      candidates    // nodes made by requests in progress (candidates.go)
 	refused    refusals      // opens answered ESTALE, whose retry passes (refused.go)
 	// writesUncache: the kernel drops an inode's cached size and times
 	// at each write(2) itself (FUSE 7.35, Linux 5.16; see uncache).

@@ -143,6 +143,11 @@ func TestBenchRows(t *testing.T) {
 		kept, _ := strconv.Atoi(m[1])
 		assert.True(t, kept >= 1 && kept <= 80, "counter on %s kept %d of 80", others[i], kept)
 	}
+	assertNoMount(t, dir)
+}
+
+// assertNoMount fails t if a mount under dir was left behind.
+func assertNoMount(t *testing.T, dir string) {
 	mounts, err := os.ReadFile("/proc/mounts")
 	require.NoError(t, err)
 	assert.NotContains(t, string(mounts), dir, "a mount was left behind")

@@ -99,9 +99,7 @@ func TestIssue12Rows(t *testing.T) {
 		rss, _ := strconv.ParseFloat(m[1], 64)
 		assert.Greater(t, rss, 1.0, "a daemon's RSS in MiB")
 	}
-	mounts, err := os.ReadFile("/proc/mounts")
-	require.NoError(t, err)
-	assert.NotContains(t, string(mounts), dir, "a mount was left behind")
+	assertNoMount(t, dir)
 }
 
 // TestIssue12Syscalls: with -syscalls the writers and flock rows report
@@ -137,9 +135,7 @@ func TestIssue12Syscalls(t *testing.T) {
 		assert.GreaterOrEqual(t, full, 1.0, "%s with durability=full", name)
 		assert.Less(t, none, 0.5, "%s with durability=none", name)
 	}
-	mounts, err := os.ReadFile("/proc/mounts")
-	require.NoError(t, err)
-	assert.NotContains(t, string(mounts), dir, "a mount was left behind")
+	assertNoMount(t, dir)
 }
 
 // TestFUSETrace: with -fusetrace the commit rows of the FUSE targets
@@ -172,7 +168,5 @@ func TestFUSETrace(t *testing.T) {
 	for _, kind := range []string{"OPEN 1.00 x", "WRITE 1.00 x", "FLUSH 1.00 x"} {
 		assert.Contains(t, out.String(), kind)
 	}
-	mounts, err := os.ReadFile("/proc/mounts")
-	require.NoError(t, err)
-	assert.NotContains(t, string(mounts), dir, "a mount was left behind")
+	assertNoMount(t, dir)
 }

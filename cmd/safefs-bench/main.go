@@ -63,6 +63,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.IntVar(&cfg.statN, "stat-n", 2000, "stat: files to stat")
 	fl.IntVar(&cfg.statPasses, "stat-passes", 5, "stat: timed passes over the files")
 	fl.IntVar(&cfg.readN, "read-n", 3000, "read-64k: whole-file reads of a 64 KiB file")
+	fl.IntVar(&cfg.readPasses, "read-passes", 4, "seq-read-*: timed reads of the file (the cold row drops the page cache before each)")
 	fl.IntVar(&cfg.counterProcs, "counter-procs", 16, "naive-counter: processes at once")
 	fl.IntVar(&cfg.counterRuns, "counter-runs", 400, "naive-counter: increments per process")
 	fl.IntVar(&cfg.flockProcs, "flock-procs", 8, "flock-counter: processes at once")
@@ -298,8 +299,8 @@ func printFacts(w io.Writer, dir string, cfg config, markdown bool) {
 		"date:   " + time.Now().Format("2006-01-02 15:04:05 MST"),
 		fmt.Sprintf("kernel: %s %s, %d CPUs, %s", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]), runtime.NumCPU(), runtime.Version()),
 		fmt.Sprintf("dir:    %s (%s, %s free)", dir, fsType, sizeFlag(free)),
-		fmt.Sprintf("sizes:  create-4k %d files, rewrite-4k %d commits, seq %s in 1 MiB I/Os, mmap %s, append %d x 100 B, stat %d files x %d, counter %d x %d, apache %d requests (rewriter pause %v)",
-			cfg.createN, cfg.rewriteN, sizeFlag(cfg.seqSize), sizeFlag(cfg.mmapSize), cfg.appendN, cfg.statN, cfg.statPasses, cfg.counterProcs, cfg.counterRuns, cfg.apacheN, cfg.apachePause),
+		fmt.Sprintf("sizes:  create-4k %d files, rewrite-4k %d commits, seq %s in 1 MiB I/Os (reads x %d), mmap %s, append %d x 100 B, stat %d files x %d, counter %d x %d, apache %d requests (rewriter pause %v)",
+			cfg.createN, cfg.rewriteN, sizeFlag(cfg.seqSize), cfg.readPasses, sizeFlag(cfg.mmapSize), cfg.appendN, cfg.statN, cfg.statPasses, cfg.counterProcs, cfg.counterRuns, cfg.apacheN, cfg.apachePause),
 		fmt.Sprintf("        flock-counter %d x %d, writers-K %d commits in all, memory %d files then %s through one handle, read-64k %d reads",
 			cfg.flockProcs, cfg.flockRuns, cfg.writersN, cfg.memFiles, sizeFlag(cfg.memSize), cfg.readN),
 		"cells:  figure (ratio to backing, ratio to loopback, and in the commit rows to byhand: the durable atomic write by hand)",

@@ -84,7 +84,5 @@ func TestSyscallCounts(t *testing.T) {
 	}
 	assert.Equal(t, 3, details)
 	assert.Regexp(t, `\| create-4k \| .* by hand [0-9.e-]+x\) \|`, out.String())
-	mounts, err := os.ReadFile("/proc/mounts")
-	require.NoError(t, err)
-	assert.NotContains(t, string(mounts), dir, "a mount was left behind")
+	assertNoMount(t, dir)
 }

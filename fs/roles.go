@@ -53,12 +53,15 @@ type roles struct {
 	// on again.
 	writers threadTimes
 	sent    threadTimes
-	// moving: an open was sent to a new node and has not reached it. The
-	// kernel may forget that node between the two lookups of its retry;
-	// the file must stay in the tables (else the retry meets a new
-	// logical file, which another reader may cache: a second ESTALE).
-	moving bool
-	live   int // nodes made and not forgotten (candidates.go)
+	// movedAt: when an open was last sent to a new node that no open
+	// has reached since (0: none). The kernel may forget that node
+	// between the two lookups of its retry; the file must stay in the
+	// tables meanwhile (else the retry meets a new logical file, which
+	// another reader may cache: a second ESTALE). Only for retryWindow:
+	// a move no open followed (the last commit before an rm) kept a
+	// removed file's ghost and table entries for good.
+	movedAt int64
+	live    int // nodes made and not forgotten (candidates.go)
 	// pt: nodes with a backing file registered (roles_pt.go); appended:
 	// an append was committed, no reader is passed through.
 	pt       map[*Node]struct{}
@@ -195,7 +198,7 @@ func (r *root) made(ctx context.Context, n *Node, gen uint64) {
 func (n *Node) opened() {
 	if f := n.f; n.rl.gen == f.curGen() {
 		f.roles.current = n
-		f.roles.moving = false
+		f.roles.movedAt = 0
 	}
 }
 
@@ -212,7 +215,7 @@ func (f *file) curGen() uint64 {
 // directory's lock while it waits for a request that waits for us.
 func (f *file) moveOn(r *root) {
 	f.roles.kgen = r.ids.newGen()
-	f.roles.moving = true
+	f.roles.movedAt = time.Now().UnixNano()
 	go f.moveNames()
 }
 
@@ -410,8 +413,8 @@ func versionEntry(in *gofs.Inode, out *fuse.EntryOut, stable bool) {
 }
 
 // forgettable reports whether the kernel's forget of n may drop its
-// logical file: not while another node of it lives, nor while an open
-// is on its way to a new one.
+// logical file: not while another node of it lives. (Nor while an open
+// is on its way to a new one: root.forget waits for that.)
 func (n *Node) forgettable() bool {
 	if !n.r.opts.VersionCache {
 		return true
@@ -425,11 +428,20 @@ func (n *Node) forgettable() bool {
 		f.roles.current = nil
 	}
 	f.roles.live--
-	return f.nodeless()
+	return f.roles.live <= 0
 }
 
 // nodeless reports whether no kernel node of f lives and no open is on
 // its way to a new one (f.mu held).
 func (f *file) nodeless() bool {
-	return f.roles.live <= 0 && !f.roles.moving
+	return f.roles.live <= 0 && f.moving() == 0
+}
+
+// moving is how long an open sent to a new node may still take to
+// reach it (f.mu held); 0 when none may.
+func (f *file) moving() time.Duration {
+	if f.roles.movedAt == 0 {
+		return 0
+	}
+	return max(0, retryWindow-time.Duration(time.Now().UnixNano()-f.roles.movedAt))
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"go.uber.org/zap"
@@ -129,7 +130,8 @@ func (r *root) dropTemp(dir int, f *os.File, nm string) {
 
 // forget drops a logical file the kernel no longer knows, unless a
 // lookup made it a node again since its last node's forget (live: the
-// two reach the daemon at once).
+// two reach the daemon at once), or, until it may no longer come, an
+// open sent to a new node is on its way.
 func (r *root) forget(f *file) {
 	if f == r.top {
 		return
@@ -138,6 +140,9 @@ func (r *root) forget(f *file) {
 	gone := len(f.handles) == 0 && f.nodeless()
 	if gone {
 		r.ids.drop(f)
+	} else if wait := f.moving(); wait > 0 && len(f.handles) == 0 && f.roles.live <= 0 {
+		// Only a move's retry may still come: look again after it.
+		time.AfterFunc(wait, func() { r.forget(f) })
 	}
 	f.mu.Unlock()
 	if gone {

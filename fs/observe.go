@@ -214,7 +214,11 @@ func cmdlineOf(pid uint32) func() string {
 
 // Gauges are levels of a mount, read when asked (a scrape).
 type Gauges struct {
-	OpenHandles  int   // files open through the mount
+	OpenHandles int // files open through the mount
+	// KnownFiles: logical files in the daemon's tables (the kernel has a
+	// node of each, or an open is on its way to one): falls back when
+	// the kernel forgets, so steady growth is a leak.
+	KnownFiles   int
 	PendingBytes int64 // bytes of pending versions (staging files of open handles)
 	// RejectedFiles and RejectedBytes are what rejected/ holds as counted
 	// against rejected_max: since the mount, files the operator removes
@@ -229,7 +233,9 @@ type Gauges struct {
 func (s *Server) Gauges() Gauges {
 	r := s.r
 	var g Gauges
-	for _, f := range r.ids.all() {
+	files := r.ids.all()
+	g.KnownFiles = len(files)
+	for _, f := range files {
 		for _, h := range f.handleList() {
 			g.OpenHandles++
 			g.PendingBytes += h.pendingBytes()

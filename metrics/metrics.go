@@ -45,6 +45,7 @@ var fromGauges = []struct {
 }{
 	{"safefs_open_handles", "Files open through the mount.", func(g fs.Gauges) int64 { return int64(g.OpenHandles) }},
 	{"safefs_pending_bytes", "Bytes of pending versions: staging files of open handles.", func(g fs.Gauges) int64 { return g.PendingBytes }},
+	{"safefs_known_files", "Logical files in the daemon's tables: those the kernel has nodes of (falls back when it forgets them).", func(g fs.Gauges) int64 { return int64(g.KnownFiles) }},
 	{"safefs_rejected_files", "Files kept in .safefs/rejected (as counted since the mount).", func(g fs.Gauges) int64 { return g.RejectedFiles }},
 	{"safefs_rejected_bytes", "Disk use of the files kept in .safefs/rejected, as counted against rejected_max.", func(g fs.Gauges) int64 { return g.RejectedBytes }},
 }

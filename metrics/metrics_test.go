@@ -47,7 +47,7 @@ func TestCounts(t *testing.T) {
 	m.Rejected(fs.RejectEvent{CommitEvent: ev, Reason: fs.ReasonQueueFull})
 	m.Rejected(fs.RejectEvent{Reason: fs.ReasonKilled})
 	m.SetSource(fakeSource{st: fs.Stats{Dropped: 4, TooManyFiles: 5, NoSpace: 6},
-		g: fs.Gauges{OpenHandles: 7, PendingBytes: 8, RejectedFiles: 9, RejectedBytes: 10}})
+		g: fs.Gauges{OpenHandles: 7, PendingBytes: 8, RejectedFiles: 9, RejectedBytes: 10, KnownFiles: 11}})
 	text := scrapeText(t, m)
 	for _, want := range []string{
 		`safefs_commits_total{kind="replace"} 2`, `safefs_commits_total{kind="append"} 1`,
@@ -55,6 +55,7 @@ func TestCounts(t *testing.T) {
 		`safefs_recovery{result="records"} 3`, `safefs_recovery{result="rolled_back"} 2`,
 		`safefs_rejected_dropped_total 4`, `safefs_too_many_files_total 5`, `safefs_no_space_total 6`,
 		`safefs_open_handles 7`, `safefs_pending_bytes 8`, `safefs_rejected_files 9`, `safefs_rejected_bytes 10`,
+		`safefs_known_files 11`,
 		`safefs_lock_wait_seconds_count 4`, `safefs_lock_wait_seconds_bucket{le="1"} 0`,
 		`safefs_commit_duration_seconds_count 3`, `safefs_commit_duration_seconds_bucket{le="5"} 3`,
 	} {

@@ -14,13 +14,15 @@ import (
 // A busy site's churn (four Perl processes rewriting, reading, locking,
 // renaming and removing 50 files, pausing past the entry timeout)
 // leaves no removed file open in the daemon once the files are gone and
-// the kernel forgot them. Before the fixes of 2026-12-06, evening, tens
-// of removed versions stayed open (their blocks held) until unmount.
+// the kernel forgot them, and its tables are back to what they were.
+// Before the fixes of 2026-12-06, evening, hundreds of removed versions
+// stayed open (their blocks held) until unmount.
 func TestChurnLeavesNothingOpen(t *testing.T) {
 	m := New(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make the kernel forget")
 	}
+	base := m.Gauges().KnownFiles
 	dir := m.Path("churn")
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	ps := make([]Perl, 4)
@@ -31,14 +33,16 @@ func TestChurnLeavesNothingOpen(t *testing.T) {
 		assert.Equal(t, "DONE\n", out, "process %d", i)
 	}
 	require.NoError(t, os.RemoveAll(dir))
+	settled := func() bool { return len(removedOpen(m.Backing)) == 0 && m.Gauges().KnownFiles <= base }
 	deadline := time.Now().Add(5 * time.Second)
-	for len(removedOpen(m.Backing)) > 0 && time.Now().Before(deadline) {
+	for !settled() && time.Now().Before(deadline) {
 		require.NoError(t, os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0))
 		time.Sleep(100 * time.Millisecond)
 	}
 	held := removedOpen(m.Backing)
 	assert.Empty(t, held, "%d removed files the daemon (this process) still holds open, such as %q",
 		len(held), held[:min(len(held), 3)])
+	assert.LessOrEqual(t, m.Gauges().KnownFiles, base, "logical files left in the daemon's tables")
 }
 
 // removedOpen lists this process's descriptors of removed files below

@@ -298,10 +298,10 @@ func (n *Node) nodeFor(ctx context.Context, f *file, st *unix.Stat_t, out *fuse.
 	fillAttr(&out.Attr, st, f.ino)
 	nn := n.r.newNode(f)
 	id := f.identityNow(callerTid(ctx))
+	// NewInode always returns nn's own inode (go-fuse picks between
+	// nodes of one identity only after the lookup returns: candidates).
 	in := n.NewInode(ctx, nn, id)
-	if in.Operations() == gofs.InodeEmbedder(nn) {
-		n.r.made(ctx, nn, id.Gen)
-	}
+	n.r.made(ctx, nn, id.Gen)
 	return in
 }
 

@@ -431,12 +431,6 @@ func (n *Node) forgettable() bool {
 	return f.roles.live <= 0
 }
 
-// nodeless reports whether no kernel node of f lives and no open is on
-// its way to a new one (f.mu held).
-func (f *file) nodeless() bool {
-	return f.roles.live <= 0 && f.moving() == 0
-}
-
 // moving is how long an open sent to a new node may still take to
 // reach it (f.mu held); 0 when none may.
 func (f *file) moving() time.Duration {

@@ -137,10 +137,12 @@ func (r *root) forget(f *file) {
 		return
 	}
 	f.mu.Lock()
-	gone := len(f.handles) == 0 && f.nodeless()
+	idle := len(f.handles) == 0 && f.roles.live <= 0
+	wait := f.moving()
+	gone := idle && wait == 0
 	if gone {
 		r.ids.drop(f)
-	} else if wait := f.moving(); wait > 0 && len(f.handles) == 0 && f.roles.live <= 0 {
+	} else if idle {
 		// Only a move's retry may still come: look again after it.
 		time.AfterFunc(wait, func() { r.forget(f) })
 	}

@@ -89,7 +89,7 @@ func TestUnsafeLoss(t *testing.T) {
 
 // TestTargetNames: every safefs variant of the table is a target.
 func TestTargetNames(t *testing.T) {
-	assert.Equal(t, []string{"backing", "byhand", "loopback", "byhand-loopback", "safefs", "safefs-none", "safefs-audit", "safefs-rmw-off", "safefs-nopt", "safefs-direct", "safefs-direct-none", "safefs-passthrough", "safefs-locks", "safefs-ptw", "safefs-ptw-none"}, targetNames)
+	assert.Equal(t, []string{"backing", "byhand", "loopback", "byhand-loopback", "loopback-direct", "loopback-locks", "safefs", "safefs-none", "safefs-audit", "safefs-rmw-off", "safefs-nopt", "safefs-direct", "safefs-direct-none", "safefs-passthrough", "safefs-locks", "safefs-ptw", "safefs-ptw-none"}, targetNames)
 }
 
 var (

@@ -44,7 +44,7 @@ func cacheDirect(o *safefs.Options) { o.VersionCache, o.Passthrough = false, fal
 
 // targetNames lists every target in table order.
 var targetNames = func() []string {
-	names := []string{"backing", byHandTarget, "loopback", byHandFUSETarget}
+	names := []string{"backing", byHandTarget, "loopback", byHandFUSETarget, directTarget, locksTarget}
 	for _, t := range safefsTargets {
 		names = append(names, t.name)
 	}
@@ -118,8 +118,8 @@ func newTarget(name, base string, log *zap.Logger) (_ *target, err error) {
 // mountTarget mounts the FUSE target name of raw on dir and returns its
 // unmount (in the child daemon, serveChild).
 func mountTarget(name, raw, dir string, log *zap.Logger) (func() error, error) {
-	if name == "loopback" || name == byHandFUSETarget {
-		return mountLoopback(raw, dir)
+	if isLoopback(name) {
+		return mountLoopback(name, raw, dir)
 	}
 	o, err := safefsOptions(name)
 	if err != nil {
@@ -163,25 +163,6 @@ func safefsOptions(name string) (safefs.Options, error) {
 		}
 	}
 	return safefs.Options{}, fmt.Errorf("unknown target %q (want some of %s)", name, strings.Join(targetNames, ","))
-}
-
-// mountLoopback mounts go-fuse's loopback as its example program does.
-func mountLoopback(raw, dir string) (func() error, error) {
-	node, err := gofs.NewLoopbackRoot(raw)
-	if err != nil {
-		return nil, err
-	}
-	srv, err := gofs.Mount(dir, node, loopbackOptions(raw))
-	if err != nil {
-		return nil, fmt.Errorf("mount loopback: %w", err)
-	}
-	return func() error {
-		if err := srv.Unmount(); err != nil {
-			return err
-		}
-		srv.Wait()
-		return nil
-	}, nil
 }
 
 // loopbackOptions are those of go-fuse's example/loopback/main.go (v2.12.1),

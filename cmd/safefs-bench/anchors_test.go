@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,7 +57,9 @@ func daemonIO(t *testing.T, pid int) (in, out int64) {
 
 // TestAnchorLocks: loopback-locks holds a flock taken through the mount
 // on its backing file (the daemon decides it), the plain loopback in the
-// kernel's own table for the mount's inode.
+// kernel's own table for the mount's inode; and loopback-locks lets it
+// go at the release of the open that took it, while another open of the
+// file is alive (which go-fuse's passthrough prevents: lockingOpen).
 func TestAnchorLocks(t *testing.T) {
 	testfs.Available(t)
 	for name, want := range map[string]bool{"loopback": false, locksTarget: true} {
@@ -65,13 +68,31 @@ func TestAnchorLocks(t *testing.T) {
 		f, err := os.OpenFile(filepath.Join(tg.dir, "f"), os.O_RDWR, 0)
 		require.NoError(t, err, name)
 		require.NoError(t, unix.Flock(int(f.Fd()), unix.LOCK_EX), name)
-		b, err := os.Open(filepath.Join(tg.raw, "f"))
+		other, err := os.Open(filepath.Join(tg.dir, "f"))
 		require.NoError(t, err, name)
-		err = unix.Flock(int(b.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		assert.Equal(t, want, err == unix.EWOULDBLOCK, "%s: backing file locked (%v)", name, err)
-		require.NoError(t, b.Close())
+		assert.Equal(t, want, backingLocked(t, tg), "%s: backing file locked", name)
 		require.NoError(t, f.Close())
+		if want {
+			// The RELEASE that unlocks comes after close returns.
+			assert.Eventually(t, func() bool { return !backingLocked(t, tg) }, 5*time.Second, 10*time.Millisecond,
+				"%s: the flock outlived its open's release", name)
+		}
+		require.NoError(t, other.Close())
 	}
+}
+
+// backingLocked reports whether tg's backing file f is flocked.
+func backingLocked(t *testing.T, tg *target) bool {
+	b, err := os.Open(filepath.Join(tg.raw, "f"))
+	require.NoError(t, err)
+	defer b.Close()
+	err = unix.Flock(int(b.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if err == nil {
+		require.NoError(t, unix.Flock(int(b.Fd()), unix.LOCK_UN))
+		return false
+	}
+	require.ErrorIs(t, err, unix.EWOULDBLOCK)
+	return true
 }
 
 // anchorTarget mounts target name for the test and unmounts it in cleanup.

@@ -85,6 +85,7 @@ type handle struct {
 	// settled: 1 + the committed version this writer shows while it has
 	// nothing pending, 0 if none (settle).
 	settled atomic.Uint64
+	wb      writeBehind
 }
 
 var (
@@ -269,6 +270,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
 	if n > 0 {
 		h.wroteBytes(ctx)
+		h.writeBehind(off + int64(n))
 	}
 	if err != nil {
 		return uint32(max(n, 0)), h.errno(err)

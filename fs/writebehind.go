@@ -9,11 +9,11 @@ import (
 
 // Write-behind: a big staging file's bytes are handed to the kernel's
 // writeback as they are written. A commit renames the staging file over
-// the name, and ext4 then writes back the whole file's delayed blocks
-// before the rename returns (auto_da_alloc, which keeps a crash from
-// leaving the name empty): 70-85 ms per 512 MiB inside close(). Started
-// in the background while the writer goes on, little of it is left by
-// then. A staging file under wbChunk never starts it: a small commit
+// the name, and ext4 then allocates the whole file's delayed blocks and
+// submits their writeback before the rename returns (auto_da_alloc, which
+// keeps a crash from leaving the name empty): 70-90 ms per 512 MiB inside
+// close(). Started in the background while the writer goes on, little of
+// it is left by then. A staging file under wbChunk never starts it: a small commit
 // costs no call more.
 const wbChunk = 8 << 20
 

@@ -56,21 +56,12 @@ func TestRemovedFileFreed(t *testing.T) {
 // asked to forget what it can meanwhile.
 func assertFreed(t *testing.T, path string) {
 	gone := path + " (deleted)"
-	held := func() (n int) {
-		ents, _ := os.ReadDir("/proc/self/fd")
-		for _, e := range ents {
-			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == gone {
-				n++
-			}
-		}
-		return n
-	}
 	deadline := time.Now().Add(3 * time.Second)
-	for held() > 0 && time.Now().Before(deadline) {
+	for heldOf(t, gone) > 0 && time.Now().Before(deadline) {
 		require.NoError(t, os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0))
 		time.Sleep(50 * time.Millisecond)
 	}
-	assert.Zero(t, held(), "descriptors of the removed file left in the daemon")
+	assert.Zero(t, heldOf(t, gone), "descriptors of the removed file left in the daemon")
 }
 
 // A file removed right after a commit gave its name a new node, before

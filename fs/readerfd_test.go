@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,13 +109,10 @@ func keptVersion(srv *Server, k key) bool {
 // mount is served in-process) of deleted files below backing, but for
 // the staging pool's nameless files.
 func heldDeleted(t *testing.T, backing string) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
 	n := 0
-	for _, e := range ents {
-		l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+	for _, l := range ownFds(t) {
 		staging := strings.HasPrefix(l, filepath.Join(backing, ".safefs")+"/")
-		if err == nil && !staging && strings.HasPrefix(l, backing+"/") && strings.HasSuffix(l, " (deleted)") {
+		if !staging && strings.HasPrefix(l, backing+"/") && strings.HasSuffix(l, " (deleted)") {
 			n++
 		}
 	}
@@ -161,13 +159,27 @@ func TestReadersShareVersionFd(t *testing.T) {
 
 // heldOf counts this process's descriptors (the daemon's) of path.
 func heldOf(t *testing.T, path string) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
 	n := 0
-	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && l == path {
+	for _, l := range ownFds(t) {
+		if l == path {
 			n++
 		}
 	}
 	return n
+}
+
+// ownFds maps this process's open descriptors to what they name
+// (/proc/self/fd); one closed meanwhile is left out.
+func ownFds(t *testing.T) map[int]string {
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	fds := map[int]string{}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		require.NoError(t, err)
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			fds[fd] = l
+		}
+	}
+	return fds
 }

@@ -44,17 +44,13 @@ func TestWriteBehind(t *testing.T) {
 // stagingFile opens the staging file of size bytes that this process (the
 // daemon, in tests) holds.
 func stagingFile(t *testing.T, size int64) *os.File {
-	fds, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	for _, e := range fds {
-		l, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err != nil || !strings.Contains(l, "/staging/") {
+	for fd, l := range ownFds(t) {
+		if !strings.Contains(l, "/staging/") {
 			continue
 		}
-		fd, _ := strconv.Atoi(e.Name())
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) == nil && st.Size == size {
-			f, err := os.Open("/proc/self/fd/" + e.Name())
+			f, err := os.Open("/proc/self/fd/" + strconv.Itoa(fd))
 			require.NoError(t, err)
 			return f
 		}

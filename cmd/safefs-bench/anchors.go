@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -24,14 +25,11 @@ const (
 	locksTarget = "loopback-locks"
 )
 
+// loopbackTargets are the targets go-fuse's loopback serves, in table order.
+var loopbackTargets = []string{"loopback", byHandFUSETarget, directTarget, locksTarget}
+
 // isLoopback reports whether target name is served by go-fuse's loopback.
-func isLoopback(name string) bool {
-	switch name {
-	case "loopback", byHandFUSETarget, directTarget, locksTarget:
-		return true
-	}
-	return false
-}
+func isLoopback(name string) bool { return slices.Contains(loopbackTargets, name) }
 
 // mountLoopback mounts go-fuse's loopback as its example program does,
 // with the one change target name makes.

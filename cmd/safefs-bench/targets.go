@@ -44,7 +44,7 @@ func cacheDirect(o *safefs.Options) { o.VersionCache, o.Passthrough = false, fal
 
 // targetNames lists every target in table order.
 var targetNames = func() []string {
-	names := []string{"backing", byHandTarget, "loopback", byHandFUSETarget, directTarget, locksTarget}
+	names := append([]string{"backing", byHandTarget}, loopbackTargets...)
 	for _, t := range safefsTargets {
 		names = append(names, t.name)
 	}

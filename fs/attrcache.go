@@ -32,7 +32,7 @@ func (f *file) quiet() bool {
 			}
 			continue
 		}
-		if h.baseVer != f.version { // a reader's is fixed at open
+		if h.baseVer != f.version { // a reader's changes under f.mu (followLatest)
 			return false
 		}
 	}

@@ -86,6 +86,9 @@ type handle struct {
 	// nothing pending, 0 if none (settle).
 	settled atomic.Uint64
 	wb      writeBehind
+	// unlockErr: a commit made at an unlock failed; the next close
+	// reports it (unlock.go).
+	unlockErr error
 }
 
 var (
@@ -439,6 +442,14 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.takeUnlockErr(); err != nil {
+		h.flush(ctx)
+		return h.errno(err)
+	}
+	return h.flush(ctx)
+}
+
+func (h *handle) flush(ctx context.Context) syscall.Errno {
 	h.flushed.Store(true)
 	h.ptWrote()
 	if !h.dirty {
@@ -517,6 +528,7 @@ func (h *handle) close() {
 	h.discard()
 	h.rmwClose()
 	h.n.f.dropHandle(h)
+	h.n.r.openWriters.drop(h)
 	h.cachedReleased()
 	h.ptRelease()
 	h.setBase(nil, 0)

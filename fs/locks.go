@@ -258,6 +258,7 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 		n.r.crash("flock-released") // a stop point for tests only: its owner still numbered
 	}
 	o, ok := n.ownerOf(fh, owner, lk, flags)
+	caller := callerTid(ctx) // before ctx is replaced below
 	if lk.Typ != unix.F_UNLCK {
 		n.f.lockedOnce.Store(true) // before the grant: see noFlush
 	}
@@ -273,6 +274,12 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 	}
 	fl := n.r.book.begin(n.f, n.lockPath())
 	before := n.r.book.holds(n.f, o)
+	var published error
+	if before && lk.Typ != unix.F_WRLCK {
+		// A release or a downgrade lets others in: what the holder
+		// wrote must be in place first, as on a local file system.
+		published = n.r.publishBeforeUnlock(caller, fh)
+	}
 	// Read before the request: a lease changed meanwhile is then seen as
 	// lost (refused at commit), never the other way round.
 	who := holder{pid: lk.Pid, lease: leaseOf(sl)}
@@ -286,10 +293,17 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 	}
 	n.r.book.end(n.f, fl, o, who, held)
 	n.noteFcntl(fh, o, held)
+	if held && err == nil && lk.Typ != unix.F_UNLCK {
+		followLatest(fh) // unlock.go
+	}
 	n.r.log.Debug("script lock", zap.String("key", fl.key), zap.Uint64("owner", o.id), zap.Bool("flock", o.flock),
 		zap.Uint32("type", lk.Typ), zap.Uint32("pid", lk.Pid), zap.Bool("wait", wait), zap.Bool("held", held), zap.Error(err))
 	if err != nil {
 		return n.lockErrno(err)
+	}
+	if published != nil {
+		// Released all the same: the pending bytes are in rejected/.
+		return n.errno(published)
 	}
 	return 0
 }

@@ -128,9 +128,13 @@ func Mount(backing, mountpoint string, o Options) (*Server, error) {
 		// file's kernel inodes on.
 		return nil, errors.New("VersionCache is not built for cluster mode")
 	}
-	if o.VersionCache && o.ScriptLocks == nil {
+	if o.KernelLocks && (o.VersionCache || o.ScriptLocks != nil) {
 		// One file, several kernel inodes: the kernel's locks would not
 		// exclude across them.
+		return nil, errors.New("KernelLocks needs VersionCache off and no ScriptLocks")
+	}
+	if !o.KernelLocks && o.ScriptLocks == nil {
+		// Unlocks must reach the daemon (unlock.go).
 		o.ScriptLocks = scriptlock.NewMemory()
 	}
 	s, err := open(backing, o)

@@ -122,6 +122,7 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 	// Until it writes, a writer shows the committed version (quiet).
 	h.settle()
 	n.f.addHandle(h)
+	n.r.openWriters.add(h)
 	return h, nil
 }
 

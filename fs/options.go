@@ -50,8 +50,14 @@ type Options struct {
 	// of the cluster (nil: not clustered). Set up by cmd/safefs.
 	Cluster *cluster.Conn
 	// ScriptLocks decides flock and fcntl locks taken through the mount
-	// (several hosts: etcd); nil: the kernel does, on this host only.
+	// (several hosts: etcd); nil: the daemon's own table (Memory),
+	// unless KernelLocks.
 	ScriptLocks scriptlock.Locker
+	// KernelLocks: the kernel decides flock and fcntl locks, on one
+	// kernel inode per file (no VersionCache). It does not tell the
+	// daemon when a script unlocks, so a script that unlocks before it
+	// closes loses updates (unlock.go): for measurements only.
+	KernelLocks bool
 	// Passthrough: a reader alone on a file's version is served by the
 	// kernel from that version's backing file (passthrough.go).
 	Passthrough bool

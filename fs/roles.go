@@ -263,10 +263,11 @@ func (n *Node) openFlags(ctx context.Context, h *handle, st *unix.Stat_t) uint32
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err != nil || keyOf(st) != n.rl.key || n.rl.role == roleDirect || n.rl.ver != f.version || h.baseVer != f.version {
+	if err != nil || keyOf(st) != n.rl.key || n.rl.role == roleDirect || n.rl.ver != f.version || h.baseVer != f.version || f.lockedOnce.Load() {
 		// Another version than the node's pages: direct. The node
 		// stays a reader while its cached readers are open, so that
-		// no writer joins them.
+		// no writer joins them. A file scripts lock too: a lock
+		// grant moves its reader to the latest version (followLatest).
 		if n.rl.cached == 0 {
 			n.becomeDirect()
 		}

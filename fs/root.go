@@ -60,16 +60,17 @@ type root struct {
 	dirs                       openDirs
 	kept                       *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
-	rejectLog  logLimit
-	rmw        *rmwState // nil: read-modify-write sessions off
-	pool       *stagingPool
-	appendBufs appendBuffers // pending appends kept in memory (appendbuf.go)
-	redo       redoLog       // redo records awaiting their checkpoint (redo.go)
-	ckMu       sync.Mutex    // one checkpoint at a time
-	book       lockBook      // script locks held through this daemon (locks.go)
-	pt         ptRoot        // passthrough (passthrough.go)
-	cands      candidates    // nodes made by requests in progress (candidates.go)
-	refused    refusals      // opens answered ESTALE, whose retry passes (refused.go)
+	rejectLog   logLimit
+	rmw         *rmwState // nil: read-modify-write sessions off
+	pool        *stagingPool
+	appendBufs  appendBuffers // pending appends kept in memory (appendbuf.go)
+	redo        redoLog       // redo records awaiting their checkpoint (redo.go)
+	ckMu        sync.Mutex    // one checkpoint at a time
+	book        lockBook      // script locks held through this daemon (locks.go)
+	openWriters writerSet     // open writers by process, for unlocks (unlock.go)
+	pt          ptRoot        // passthrough (passthrough.go)
+	cands       candidates    // nodes made by requests in progress (candidates.go)
+	refused     refusals      // opens answered ESTALE, whose retry passes (refused.go)
 	// writesUncache: the kernel drops an inode's cached size and times
 	// at each write(2) itself (FUSE 7.35, Linux 5.16; see uncache).
 	writesUncache atomic.Bool

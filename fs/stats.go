@@ -12,6 +12,9 @@ type Stats struct {
 	Commits  int64 `json:"commits"`  // pending versions published
 	Rejected int64 `json:"rejected"` // commits that could not be made: bytes kept in rejected/
 	Killed   int64 `json:"killed"`   // closes by writers killed by a signal: not committed
+	// UnlockCommits: commits made when a script released a lock before
+	// closing what it wrote (unlock.go); also counted in Commits.
+	UnlockCommits int64 `json:"unlock_commits"`
 	// Dropped: rejected commits whose bytes were not kept because
 	// rejected/ was full (RejectedMax, RejectedUserMax).
 	Dropped int64 `json:"dropped"`
@@ -43,6 +46,7 @@ type Stats struct {
 
 type counters struct {
 	commits, rejected, killed, dropped, tooManyFiles, noSpace atomic.Int64
+	unlockCommits                                             atomic.Int64
 	rmwSessions, rmwWaits, rmwCycles, rmwGaveUp               atomic.Int64
 	passthrough, passthroughDirect                            atomic.Int64
 	passthroughWrite, passthroughCopied                       atomic.Int64
@@ -51,7 +55,8 @@ type counters struct {
 
 func (c *counters) snapshot() Stats {
 	return Stats{Commits: c.commits.Load(), Rejected: c.rejected.Load(), Killed: c.killed.Load(),
-		Dropped: c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load(),
+		UnlockCommits: c.unlockCommits.Load(),
+		Dropped:       c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load(),
 		RMWSessions: c.rmwSessions.Load(), RMWWaits: c.rmwWaits.Load(), RMWCycles: c.rmwCycles.Load(), RMWGaveUp: c.rmwGaveUp.Load(),
 		Passthrough: c.passthrough.Load(), PassthroughDirect: c.passthroughDirect.Load(),
 		PassthroughWrite: c.passthroughWrite.Load(), PassthroughCopied: c.passthroughCopied.Load()}
@@ -67,6 +72,7 @@ func (r *root) logStats() {
 	st := r.count.snapshot()
 	r.log.Info("stats", zap.Int64("commits", st.Commits), zap.Int64("rejected", st.Rejected),
 		zap.Int64("rejected_dropped", st.Dropped), zap.Int64("killed_writers", st.Killed),
+		zap.Int64("unlock_commits", st.UnlockCommits),
 		zap.Int64("too_many_files", st.TooManyFiles), zap.Int64("no_space", st.NoSpace),
 		zap.Int64("rmw_sessions", st.RMWSessions), zap.Int64("rmw_waits", st.RMWWaits),
 		zap.Int64("rmw_cycles_broken", st.RMWCycles), zap.Int64("rmw_waits_given_up", st.RMWGaveUp),

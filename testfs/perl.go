@@ -19,9 +19,10 @@ func PerlScript(name string) string {
 	return filepath.Join(filepath.Dir(file), "perl", name)
 }
 
-// Perl is one run of a Perl workload script.
+// Perl is one run of a workload script: Perl, or PHP or Python (Lang).
 type Perl struct {
-	Script string        // name in testfs/perl/
+	Lang   string        // "" (perl), "php" or "python"
+	Script string        // name in testfs/perl/ (testfs/php/, testfs/python/)
 	Args   []string      // arguments after the script
 	As     *Cred         // run as this user; nil: as the test
 	Dir    string        // working directory; "": the test's
@@ -31,7 +32,8 @@ type Perl struct {
 
 // Command builds the command under ctx (which kills it when done).
 func (p Perl) Command(ctx context.Context) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "perl", append([]string{PerlScript(p.Script)}, p.Args...)...)
+	interp, script := p.interpreter()
+	cmd := exec.CommandContext(ctx, interp, append([]string{script}, p.Args...)...)
 	cmd.Dir = p.Dir
 	cmd.WaitDelay = 5 * time.Second
 	if p.Stdin != "" {
@@ -41,6 +43,19 @@ func (p Perl) Command(ctx context.Context) *exec.Cmd {
 		AsUser(cmd, *p.As)
 	}
 	return cmd
+}
+
+// interpreter returns the program that runs p and the script's path.
+func (p Perl) interpreter() (string, string) {
+	testfs := filepath.Dir(PerlScript("")) // PerlScript("") is testfs/perl
+	switch p.Lang {
+	case "php":
+		return "php", filepath.Join(testfs, "php", p.Script)
+	case "python":
+		// Debian's, not a user's own (pyenv): www-data runs it too.
+		return "/usr/bin/python3", filepath.Join(testfs, "python", p.Script)
+	}
+	return "perl", PerlScript(p.Script)
 }
 
 // hangLimit guards against a hang only: a workload that takes a minute
@@ -65,7 +80,7 @@ func (p Perl) Run() (string, error) {
 		err = fmt.Errorf("%v: no end within %v, taken for a hang (the counts so far say nothing about lost data)", err, limit)
 	}
 	if err != nil {
-		return out.String(), fmt.Errorf("perl %s %s: %w\n%s", p.Script, shortArgs(p.Args), err, out.String())
+		return out.String(), fmt.Errorf("%s %s: %w\n%s", p.Script, shortArgs(p.Args), err, out.String())
 	}
 	return out.String(), nil
 }

@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/fs"
-	"github.com/safefs/safefs/scriptlock"
 )
 
 // Mount is a safefs mounted in a test's temp dir.
@@ -144,13 +143,13 @@ func rmwFromEnv(o *fs.Options) {
 // off (and passthrough=read, unless SAFEFS_TEST_PASSTHROUGH=1 keeps it),
 // SAFEFS_TEST_PASSTHROUGH=0 or 1 turns passthrough=read off or on, =write
 // turns passthrough=write on, SAFEFS_TEST_DURABILITY=none sets durability=none and
-// SAFEFS_TEST_LOCKS=daemon sets locks=daemon.
+// SAFEFS_TEST_LOCKS=kernel sets locks=kernel (and cache=direct).
 func OptionsFromEnv(o *fs.Options) {
 	if os.Getenv("SAFEFS_TEST_CACHE") == "direct" {
 		o.VersionCache, o.Passthrough = false, false
 	}
-	if os.Getenv("SAFEFS_TEST_LOCKS") == "daemon" && o.ScriptLocks == nil {
-		o.ScriptLocks = scriptlock.NewMemory()
+	if os.Getenv("SAFEFS_TEST_LOCKS") == "kernel" {
+		o.KernelLocks, o.VersionCache, o.Passthrough = true, false, false
 	}
 	switch os.Getenv("SAFEFS_TEST_PASSTHROUGH") {
 	case "0":

@@ -67,7 +67,7 @@ func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 	if opts.Cluster != nil {
 		defer opts.Cluster.Close() // after the unmount: its locks go with the lease
 	}
-	stopLocks := startScriptLocks(opts.Cluster, a.cfg.daemonLocks, &opts, log)
+	stopLocks := startScriptLocks(opts.Cluster, &opts, log)
 	defer stopLocks()
 	return serve(backing, mnt, opts, log, onReady, obs)
 }

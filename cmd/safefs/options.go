@@ -21,14 +21,17 @@ type mountConfig struct {
 	metricsAddr string // "": no metrics endpoint
 	auditFile   string // "": no audit trail
 	pprof       string // HOST:PORT serving net/http/pprof; "" for off
-	daemonLocks bool   // locks=daemon: script locks decided in the daemon
+	kernelLocks bool   // locks=kernel: script locks decided by the kernel
+	// loseOnUnlock: lose_updates_on_unlock, without which locks=kernel
+	// is refused (a script that unlocks before it closes loses updates).
+	loseOnUnlock bool
 	cluster     clusterConfig
 	given       givenOptions
 }
 
 // givenOptions records the options whose defaults depend on others, when
 // the command line set them (settleCache).
-type givenOptions struct{ cache, passthrough, locks bool }
+type givenOptions struct{ cache, passthrough bool }
 
 func defaultMountConfig() mountConfig {
 	return mountConfig{fs: fs.DefaultOptions(), logFormat: "console", logLevel: "info", cluster: defaultClusterConfig()}
@@ -72,8 +75,11 @@ var mountOptions = []mountOption{
 	{name: "passthrough", value: "off|read|write", help: "read: a reader alone on a file's version reads it through the kernel from the backing file (FUSE passthrough; needs root and kernel 6.9+, else reads stay as without it), not through the daemon; write (experimental, cache=version only): read, and a write-only truncating writer alone on its file writes its staging file through the kernel; default off with cache=direct",
 		show: func(c mountConfig) string { return passthroughName(c.fs.Passthrough, c.fs.PassthroughWrite) },
 		set:  setPassthrough},
-	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, not by the kernel per inode (in cluster mode they always are, in etcd; with cache=version too); kernel: implies cache=direct",
+	{name: "locks", value: "kernel|daemon", help: "daemon: flock and fcntl locks taken through the mount are decided by the daemon, per logical file, and a release publishes what the releasing process wrote (in cluster mode in etcd, across hosts); kernel (for measurements): the kernel decides them and the daemon never hears of an unlock, so a script that unlocks before it closes loses updates: refused without lose_updates_on_unlock; implies cache=direct",
 		show: locksName, set: setLocks},
+	{name: "lose_updates_on_unlock", help: "accept locks=kernel, under which a script that releases its lock before it closes its file loses updates",
+		show: func(c mountConfig) string { return onOff(c.loseOnUnlock) },
+		set:  func(c *mountConfig, _ string) error { c.loseOnUnlock = true; return nil }},
 	{name: "cache", value: "direct|version", help: "version: readers alone on a file's version read it through the kernel's page cache, on a kernel inode of that version; writers stay direct; with passthrough=read, readers of versions of 1 MiB or more read the version's backing file (implies locks=daemon); direct: every open is direct I/O on one kernel inode per file (the default in cluster mode and with locks=kernel)",
 		show: func(c mountConfig) string { return cacheName(c.fs.VersionCache) },
 		set:  setCache},
@@ -426,7 +432,11 @@ func parseMountArgs(args []string) (mountArgs, error) {
 // across a file's kernel inodes). Asked for there, it is refused.
 // passthrough=read alone is the older experiment: on only if asked.
 func (c *mountConfig) settleCache() error {
-	kernelLocks := c.given.locks && !c.daemonLocks
+	kernelLocks := c.kernelLocks && c.cluster.mode == ""
+	if kernelLocks && !c.loseOnUnlock {
+		return failf(exitUsage, "locks=kernel: the kernel does not tell safefs when a script unlocks, so a script that unlocks before it closes loses updates; add -o lose_updates_on_unlock to mount anyway, or use locks=daemon")
+	}
+	c.fs.KernelLocks = kernelLocks
 	if c.fs.VersionCache && (c.cluster.mode != "" || kernelLocks) {
 		if c.given.cache {
 			return failf(exitUsage, "cache=version cannot serve cluster mode or locks=kernel: use cache=direct")
@@ -473,15 +483,14 @@ func cacheName(version bool) string {
 func setLocks(c *mountConfig, v string) error {
 	switch v {
 	case "kernel", "daemon":
-		c.daemonLocks = v == "daemon"
-		c.given.locks = true
+		c.kernelLocks = v == "kernel"
 		return nil
 	}
 	return fmt.Errorf("locks=%q: want kernel or daemon", v)
 }
 
 func locksName(c mountConfig) string {
-	if c.daemonLocks || c.cluster.mode != "" || c.fs.VersionCache {
+	if !c.fs.KernelLocks {
 		return "daemon"
 	}
 	return "kernel"

@@ -56,9 +56,9 @@ func TestParseMountArgs(t *testing.T) {
 		{"passthrough off", "-o passthrough=read,passthrough=off b m", func(c *mountConfig) {
 			c.fs.Passthrough, c.given.passthrough = false, true
 		}},
-		{"locks daemon", "-o locks=daemon b m", func(c *mountConfig) { c.daemonLocks, c.given.locks = true, true }},
-		{"locks kernel means cache direct", "-o locks=daemon,locks=kernel b m", func(c *mountConfig) {
-			c.given.locks, c.fs.VersionCache, c.fs.Passthrough = true, false, false
+		{"locks daemon is the default", "-o locks=daemon b m", func(c *mountConfig) {}},
+		{"locks kernel means cache direct", "-o locks=daemon,locks=kernel,lose_updates_on_unlock b m", func(c *mountConfig) {
+			c.kernelLocks, c.loseOnUnlock, c.fs.KernelLocks, c.fs.VersionCache, c.fs.Passthrough = true, true, true, false, false
 		}},
 		{"cache version", "-o cache=version b m", func(c *mountConfig) { c.given.cache = true }},
 		{"cache direct", "-o cache=direct b m", func(c *mountConfig) {
@@ -71,9 +71,7 @@ func TestParseMountArgs(t *testing.T) {
 			c.cluster.mode, c.cluster.endpoints = "etcd", []string{"http://127.0.0.1:1"}
 			c.fs.VersionCache, c.fs.Passthrough = false, false
 		}},
-		{"cache version locks daemon", "-o cache=version,locks=daemon b m", func(c *mountConfig) {
-			c.given.cache, c.given.locks, c.daemonLocks = true, true, true
-		}},
+		{"cache version locks daemon", "-o cache=version,locks=daemon b m", func(c *mountConfig) { c.given.cache = true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,7 +96,8 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o cache b m", "-o cache=page b m",
 		"-o cache=version,cluster=etcd,etcd=http://127.0.0.1:1 b m",
 		"-o cache=version,locks=kernel b m", "-o locks=kernel,cache=version b m",
-		"-o passthrough=write,cache=direct b m", "-o passthrough=write,locks=kernel b m",
+		"-o locks=kernel b m", "-o cache=version,locks=kernel,lose_updates_on_unlock b m",
+		"-o passthrough=write,cache=direct b m", "-o passthrough=write,locks=kernel,lose_updates_on_unlock b m",
 		"-o passthrough=write,cluster=etcd,etcd=http://127.0.0.1:1 b m",
 	} {
 		t.Run(args, func(t *testing.T) {

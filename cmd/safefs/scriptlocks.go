@@ -14,14 +14,12 @@ import (
 // startScriptLocks makes flock and fcntl locks taken through the mount
 // be decided in etcd when the daemon is in a cluster (conn not nil), so
 // that they exclude across hosts. The keys carry the daemon's lease: its
-// locks end when it dies. stop ends the lease watch. Outside a cluster,
-// daemon (locks=daemon) has them decided in the daemon's memory.
-func startScriptLocks(conn *cluster.Conn, daemon bool, opts *fs.Options, log *zap.Logger) (stop func()) {
+// locks end when it dies. stop ends the lease watch. Outside a cluster
+// fs.Mount has them decided in the daemon's memory (or, locks=kernel,
+// by the kernel).
+func startScriptLocks(conn *cluster.Conn, opts *fs.Options, log *zap.Logger) (stop func()) {
 	if conn == nil {
-		if daemon {
-			opts.ScriptLocks = scriptlock.NewMemory()
-		}
-		return func() {}
+		return func() {} // fs.Mount gives the daemon its own table, unless KernelLocks
 	}
 	sess := conn.Session()
 	table := scriptlock.NewEtcd(conn.Client(), conn.Prefix(), sess.Lease(), conn.Config().Node)

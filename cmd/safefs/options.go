@@ -25,8 +25,8 @@ type mountConfig struct {
 	// loseOnUnlock: lose_updates_on_unlock, without which locks=kernel
 	// is refused (a script that unlocks before it closes loses updates).
 	loseOnUnlock bool
-	cluster     clusterConfig
-	given       givenOptions
+	cluster      clusterConfig
+	given        givenOptions
 }
 
 // givenOptions records the options whose defaults depend on others, when

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -109,6 +110,32 @@ func TestContractUnlockBeforeClose(t *testing.T) {
 			runUnlockPatterns(t, www, dir)
 			assert.Positive(t, m.Stats().UnlockCommits, "commits made at unlocks")
 			NoPendingStaging(t, m)
+		})
+	}
+}
+
+// TestContractKilledLockHolder: a script killed by a signal while it
+// holds a lock (flock or fcntl) and has rewritten the data file without
+// closing it leaves the previous version (contract 7): the release of
+// its lock, which its death makes, publishes nothing.
+func TestContractKilledLockHolder(t *testing.T) {
+	m, www, dir := setup(t)
+	for _, method := range []string{"flock", "fcntl"} {
+		t.Run(method, func(t *testing.T) {
+			file, lock := filepath.Join(dir, method+".txt"), filepath.Join(dir, method+".lock")
+			RunPerl(t, &www, "write.pl", file, ">", "0\n")
+			RunPerl(t, &www, "write.pl", lock, ">", "")
+			killed := m.Stats().Killed
+			for range 5 {
+				out, err := Perl{Script: "killed_locker.pl", As: &www, Args: []string{method, file, lock}}.Run()
+				var exit *exec.ExitError
+				require.ErrorAs(t, err, &exit, "the script kills itself: %s", out)
+				require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal(), "killed by SIGKILL, not an error: %s", out)
+			}
+			data, err := os.ReadFile(file)
+			require.NoError(t, err)
+			assert.Equal(t, "0\n", string(data), "the killed writers' rewrites")
+			assert.Equal(t, killed+5, m.Stats().Killed, "killed writers counted")
 		})
 	}
 }

@@ -294,7 +294,7 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 	n.r.book.end(n.f, fl, o, who, held)
 	n.noteFcntl(fh, o, held)
 	if held && err == nil && lk.Typ != unix.F_UNLCK {
-		followLatest(fh) // unlock.go
+		n.r.afterGrant(caller, fh) // unlock.go
 	}
 	n.r.log.Debug("script lock", zap.String("key", fl.key), zap.Uint64("owner", o.id), zap.Bool("flock", o.flock),
 		zap.Uint32("type", lk.Typ), zap.Uint32("pid", lk.Pid), zap.Bool("wait", wait), zap.Bool("held", held), zap.Error(err))

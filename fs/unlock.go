@@ -123,19 +123,47 @@ func (h *handle) takeUnlockErr() error {
 	return err
 }
 
-// followLatest moves a reader that was just granted a lock to the latest
-// committed version. On a local file system a script that opens a file,
-// locks it and reads it reads what the previous holder wrote, however
-// long ago it opened; here a reader keeps the version it opened. Only a
+// afterGrant makes what a lock holder reads what the last holder wrote.
+// On a local file system a script that opens a file, then locks it and
+// reads, reads the previous holder's bytes however long ago it opened.
+// Here a reader keeps the version it opened, and in a cluster this
+// daemon learns of another daemon's commit only when it looks at the
+// name. So a grant through fh (by thread pid) first learns, in a
+// cluster, the versions other daemons published of fh's file and of the
+// files the holder's process has open for writing (a writer that has
+// not written yet then follows by itself: refresh), and moves a reader
+// granted a lock to the latest version (followLatest).
+func (r *root) afterGrant(pid uint32, fh gofs.FileHandle) {
+	h, ok := fh.(*handle)
+	if r.clustered() {
+		if ok {
+			h.n.learnPublished()
+		}
+		if tgid := tgidOf(pid); tgid != 0 {
+			for _, w := range r.openWriters.of(tgid) {
+				w.n.learnPublished()
+			}
+		}
+	}
+	if ok && !h.write {
+		h.followLatest()
+	}
+}
+
+// learnPublished adopts a version another daemon of the cluster
+// published at one of n's names (statNamed does, through
+// adoptPublished), so that f.version counts it.
+func (n *Node) learnPublished() {
+	if n.f.kind == unix.S_IFREG {
+		_, _ = n.statNamed()
+	}
+}
+
+// followLatest moves a reader to the latest committed version. Only a
 // reader the daemon serves can move: one reading through its version's
 // page cache or backing file (passthrough) cannot, which is why the
 // readers of a file locked once are served by the daemon (openFlags).
-// A writer that has not written yet follows by itself (refresh).
-func followLatest(fh gofs.FileHandle) {
-	h, ok := fh.(*handle)
-	if !ok || h.write {
-		return
-	}
+func (h *handle) followLatest() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || h.cached || h.pt || h.mapped.Load() {

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 
@@ -14,84 +13,11 @@ import (
 	safefs "github.com/safefs/safefs/fs"
 )
 
-// unlockProcs x unlockRuns increments per pattern: each pattern lost a
-// third or more of them before unlocks published (and the PHP manual's
-// example 87 %), so the sizes find a regression every time.
-const unlockProcs, unlockRuns = 16, 8
-
-// unlockPattern is a counter script that releases its lock before it
-// closes the data file, in one language's way (or, "close", releases it
-// by closing: the control; "reader" reads through a descriptor opened
-// before its lock was granted).
-type unlockPattern struct{ lang, script, method string }
-
-var unlockPatterns = []unlockPattern{
-	{"", "unlock_counter.pl", "flock"},
-	{"", "unlock_counter.pl", "flock8"},
-	{"", "unlock_counter.pl", "fcntl"},
-	{"", "unlock_counter.pl", "range"},
-	{"", "unlock_counter.pl", "lockfile"},
-	{"", "unlock_counter.pl", "close"},
-	{"", "unlock_counter.pl", "reader"},
-	{"php", "unlock_counter.php", "manual"},
-	{"php", "unlock_counter.php", "lockfile"},
-	{"python", "unlock_counter.py", "lockf"},
-	{"python", "unlock_counter.py", "flock"},
-	{"python", "unlock_counter.py", "ofd"},
-}
-
-func (p unlockPattern) name() string {
-	lang := p.lang
-	if lang == "" {
-		lang = "perl"
-	}
-	return lang + "-" + p.method
-}
-
-// runUnlockPatterns runs every pattern, 16 processes at a time as www-data,
-// in its own directory under dir, and requires every increment kept and
-// no empty, torn or stale read.
-func runUnlockPatterns(t *testing.T, www Cred, dir string) {
-	for _, p := range unlockPatterns {
-		t.Run(p.name(), func(t *testing.T) {
-			requireInterpreter(t, p.lang)
-			d := filepath.Join(dir, p.name())
-			wwwDir(t, &www, d)
-			file := filepath.Join(d, "count.txt")
-			RunPerl(t, &www, "write.pl", file, ">", "0\n")
-			ps := make([]Perl, unlockProcs)
-			for i := range ps {
-				ps[i] = Perl{Lang: p.lang, Script: p.script, As: &www,
-					Args: []string{p.method, file, strconv.Itoa(unlockRuns), filepath.Join(d, "count.lock")}}
-			}
-			outs := runAll(t, ps)
-			assertNoAnomalies(t, outs)
-			data, err := os.ReadFile(file)
-			require.NoError(t, err)
-			assert.Equal(t, unlockProcs*unlockRuns, counter(t, data), "increments kept")
-		})
-	}
-}
-
-// requireInterpreter skips (fails under CI) when lang's interpreter is
-// missing: .ci/run installs php-cli and python3.
-func requireInterpreter(t *testing.T, lang string) {
-	t.Helper()
-	interp, _ := Perl{Lang: lang}.interpreter()
-	if _, err := exec.LookPath(interp); err == nil {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s is missing, and CI is set", interp)
-	}
-	t.Skipf("%s is missing", interp)
-}
-
 // TestUnlockPatternsPlainDir proves the scripts: on a plain directory
 // every pattern keeps every increment.
 func TestUnlockPatternsPlainDir(t *testing.T) {
 	www := LookupUser(t, "www-data")
-	runUnlockPatterns(t, www, PlainDir(t))
+	RunUnlockPatterns(t, www, PlainDir(t))
 }
 
 // TestContractUnlockBeforeClose: a script that releases its lock before
@@ -107,7 +33,7 @@ func TestContractUnlockBeforeClose(t *testing.T) {
 	for _, durable := range []bool{true, false} {
 		t.Run(map[bool]string{true: "durability=full", false: "durability=none"}[durable], func(t *testing.T) {
 			m, www, dir := setup(t, func(o *safefs.Options) { o.Durable = durable })
-			runUnlockPatterns(t, www, dir)
+			RunUnlockPatterns(t, www, dir)
 			assert.Positive(t, m.Stats().UnlockCommits, "commits made at unlocks")
 			NoPendingStaging(t, m)
 		})

@@ -85,4 +85,3 @@ func requireInterpreter(t *testing.T, lang string) {
 	}
 	t.Skipf("%s is missing", interp)
 }
-

@@ -178,6 +178,9 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if err := n.r.roomForMeta(ctx, len(attr)+len(data)); err != nil {
+		return n.errno(err)
+	}
 	return n.errno(n.locked(func() error {
 		return n.withSelf(func(fd int) error {
 			return unix.Setxattr(procPath(fd), attr, data, int(flags))

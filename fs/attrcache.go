@@ -112,6 +112,30 @@ func (f *file) uncache(in *gofs.Inode) {
 	}
 }
 
+// permChanged makes the kernel drop the attributes and ACLs it holds in
+// every node of f but n, through which a chmod, chown or ACL change just
+// came (the kernel takes the new ones from that request's reply). With
+// cache=version a file has several kernel inodes, and the kernel checks
+// an open against the one it reaches: a reader's reopen of
+// /proc/self/fd/N reaches the reader's node, whose mode it had cached
+// (1 s). Called before the change's reply, so a revocation holds at
+// once, as on a local file system.
+func (n *Node) permChanged() {
+	f := n.f
+	f.mu.Lock()
+	var others []*Node
+	for o := range f.roles.nodes {
+		if o != n {
+			others = append(others, o)
+		}
+	}
+	f.mu.Unlock()
+	for _, o := range others {
+		// ENOENT: the kernel has forgotten it, nothing to drop.
+		_ = o.NotifyContent(-1, 0)
+	}
+}
+
 // changeEpoch is taken before a lookup stats a name; stable reports
 // whether no change of what a name leads to through the mount (a
 // commit, a rename, a removal: see changing) began since and none was

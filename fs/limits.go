@@ -120,6 +120,21 @@ func (r *root) roomFor(uid uint32, n int64) error {
 	return nil
 }
 
+// metaCost is what roomForMeta counts for a change of metadata: a block
+// of the largest usual size (a new directory's first block, a directory
+// grown by one, a long symlink's target, an xattr block).
+const metaCost = 4 << 10
+
+// roomForMeta refuses (ENOSPC) a non-root caller a change of metadata
+// that may take a block, plus n bytes of its own (a symlink's target, an
+// xattr), at the bound of its data writes: the daemon makes entries and
+// sets xattrs as root, and would otherwise fill root's reserved blocks
+// with directories or xattrs once data writes were refused. Rename too:
+// a rename into a full directory block takes a new one.
+func (r *root) roomForMeta(ctx context.Context, n int) error {
+	return r.roomFor(callerUID(ctx), metaCost+int64(n))
+}
+
 // spaceTTL is how long a statfs answer serves roomFor: a statfs per
 // write was one system call in twenty of a small commit.
 const spaceTTL = 100 * time.Millisecond

@@ -24,6 +24,9 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		if err != nil {
 			return n.errno(err)
 		}
+		if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
+			n.permChanged()
+		}
 		// futimens comes without a file handle: pending versions take
 		// the times too, so that they survive the commit (cp -p, tar).
 		for _, h := range n.f.handleList() {
@@ -178,19 +181,35 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return n.errno(n.locked(func() error {
+	if err := n.r.roomForMeta(ctx, len(attr)+len(data)); err != nil {
+		return n.errno(err)
+	}
+	err := n.locked(func() error {
 		return n.withSelf(func(fd int) error {
 			return unix.Setxattr(procPath(fd), attr, data, int(flags))
 		})
-	}))
+	})
+	n.xattrChanged(attr, err)
+	return n.errno(err)
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return n.errno(n.locked(func() error {
+	err := n.locked(func() error {
 		return n.withSelf(func(fd int) error {
 			return unix.Removexattr(procPath(fd), attr)
 		})
-	}))
+	})
+	n.xattrChanged(attr, err)
+	return n.errno(err)
+}
+
+// xattrChanged follows a set or removal of xattr attr (err: its
+// result): an access ACL, which may also have changed the mode, is a
+// change of permissions.
+func (n *Node) xattrChanged(attr string, err error) {
+	if err == nil && attr == aclAccess {
+		n.permChanged()
+	}
 }
 
 // locked runs fn under n's commit lock, so that a change of metadata

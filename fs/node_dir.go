@@ -14,8 +14,9 @@ import (
 )
 
 // newEntry runs make in n's directory fd, gives the new entry to the
-// caller and returns its inode.
-func (n *Node) newEntry(ctx context.Context, nm string, out *fuse.EntryOut, make func(dir int) error) (*gofs.Inode, syscall.Errno) {
+// caller and returns its inode. size: bytes of its own beyond an inode
+// and a block (a symlink's target).
+func (n *Node) newEntry(ctx context.Context, nm string, size int, out *fuse.EntryOut, make func(dir int) error) (*gofs.Inode, syscall.Errno) {
 	if n.hidden(nm) {
 		return nil, syscall.EPERM
 	}
@@ -24,6 +25,9 @@ func (n *Node) newEntry(ctx context.Context, nm string, out *fuse.EntryOut, make
 	}
 	dir, err := n.writeDir()
 	if err != nil {
+		return nil, n.errno(err)
+	}
+	if err := n.r.roomForMeta(ctx, size); err != nil {
 		return nil, n.errno(err)
 	}
 	if err := make(dir); err != nil {
@@ -64,15 +68,15 @@ func (n *Node) ownNew(ctx context.Context, dir int, nm string) (unix.Stat_t, err
 }
 
 func (n *Node) Mkdir(ctx context.Context, nm string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.newEntry(ctx, nm, out, func(dir int) error { return mkdirAt(dir, nm, createMode(dir, mode)) })
+	return n.newEntry(ctx, nm, 0, out, func(dir int) error { return mkdirAt(dir, nm, createMode(dir, mode)) })
 }
 
 func (n *Node) Mknod(ctx context.Context, nm string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.newEntry(ctx, nm, out, func(dir int) error { return mknodAt(dir, nm, createMode(dir, mode), int(dev)) })
+	return n.newEntry(ctx, nm, 0, out, func(dir int) error { return mknodAt(dir, nm, createMode(dir, mode), int(dev)) })
 }
 
 func (n *Node) Symlink(ctx context.Context, target, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.newEntry(ctx, nm, out, func(dir int) error { return symlinkAt(target, dir, nm) })
+	return n.newEntry(ctx, nm, len(target), out, func(dir int) error { return symlinkAt(target, dir, nm) })
 }
 
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -85,6 +89,9 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 	t := target.(*Node)
 	dir, err := n.writeDir()
 	if err != nil {
+		return nil, n.errno(err)
+	}
+	if err := n.r.roomForMeta(ctx, 0); err != nil {
 		return nil, n.errno(err)
 	}
 	if len(t.f.nameList()) == 0 {
@@ -205,6 +212,9 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 	}
 	if !journalable(np.childPath(newName)) {
 		return syscall.ENAMETOOLONG
+	}
+	if err := n.r.roomForMeta(ctx, 0); err != nil {
+		return n.errno(err)
 	}
 	src, dst := n.kid(nm), np.kid(newName)
 	release, err := n.lockChildren(src, dst)

@@ -238,6 +238,9 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 		return nil, nil, 0, n.errno(err)
 	}
 	n.r.refused.take(callerTid(ctx)) // a refused open's retry may come as a create
+	if err := n.r.roomForMeta(ctx, 0); err != nil {
+		return nil, nil, 0, n.errno(err)
+	}
 	if err := n.r.takeFile(ctx); err != nil {
 		return nil, nil, 0, n.errno(err)
 	}

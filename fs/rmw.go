@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,10 +20,14 @@ import (
 // table of their own, not in the commit lock: a commit never waits for
 // a session, so a process outside every session (it opened before the
 // file was selected, or gave up waiting) commits exactly as before.
+// Each user has a table of its own, and a learned pair selects only its
+// user's processes: one user's sessions never make another's opens wait.
 
 // rmwState is a mount's session table and selection.
 type rmwState struct {
-	table   *rmw.Table
+	hold    time.Duration
+	tablesM sync.Mutex
+	tables  map[uint32]*rmw.Table // by uid
 	globs   rmw.Globs
 	auto    bool
 	learned *rmw.Learned
@@ -31,6 +36,18 @@ type rmwState struct {
 	saveMu  sync.Mutex
 	warnLog logLimit
 	locking lockingPairs
+}
+
+// table is the session table of user uid.
+func (x *rmwState) table(uid uint32) *rmw.Table {
+	x.tablesM.Lock()
+	defer x.tablesM.Unlock()
+	t := x.tables[uid]
+	if t == nil {
+		t = rmw.New(x.hold)
+		x.tables[uid] = t
+	}
+	return t
 }
 
 // lockingPairs remembers, for a while, the (file, program) pairs seen
@@ -78,14 +95,14 @@ func (r *root) rmwStart() error {
 	if err != nil {
 		return err
 	}
-	x := &rmwState{table: rmw.New(o.RMWHold), globs: o.RMWGlobs, auto: o.RMWAuto,
+	x := &rmwState{hold: o.RMWHold, tables: map[uint32]*rmw.Table{}, globs: o.RMWGlobs, auto: o.RMWAuto,
 		learned: rmw.NewLearned(), reads: rmw.NewReads(rmwReadKeep), exits: ex}
 	if o.RMWAuto {
 		x.learned = r.loadLearned()
 	}
 	r.rmw = x
 	r.log.Info("rmw sessions on", zap.Bool("auto", x.auto), zap.Strings("globs", x.globs),
-		zap.Duration("rmw_hold", o.RMWHold), zap.Duration("rmw_wait", o.RMWWait), zap.Int("learned", len(x.learned.List())))
+		zap.Duration("rmw_hold", o.RMWHold), zap.Duration("rmw_wait", o.RMWWait), zap.Int("learned", x.learned.Len()))
 	return nil
 }
 
@@ -113,12 +130,12 @@ func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
 	if !ok || c.Pid == 0 {
 		return nil
 	}
-	pid, sel := n.rmwSelected(c.Pid)
+	pid, sel := n.rmwSelected(c.Pid, c.Uid)
 	if !sel {
 		return nil
 	}
-	s, out, other := x.table.Enter(ctx, n.f.ino, int32(pid), isFamily, n.r.opts.RMWWait)
-	if s != nil && (out == rmw.Took || out == rmw.Granted) && !n.rmwClusterLock(s) {
+	s, out, other := x.table(c.Uid).Enter(ctx, n.f.ino, int32(pid), isFamily, n.r.opts.RMWWait)
+	if s != nil && (out == rmw.Took || out == rmw.Granted) && !n.rmwClusterLock(s, c.Uid) {
 		s.End() // no cluster lock within rmw_wait: no session, as after a local wait
 		s, out = nil, rmw.GaveUp
 	}
@@ -129,17 +146,17 @@ func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
 	return s
 }
 
-// rmwClusterLock: in a cluster, a new session also holds a lock on the
-// file's path in etcd until it ends, so that sessions exclude across
-// daemons. Its own key space (rmwLockKey): the session's holder commits
-// the file under the commit lock meanwhile.
-func (n *Node) rmwClusterLock(s *rmw.Session) bool {
+// rmwClusterLock: in a cluster, a new session of user uid also holds a
+// lock on the file's path in etcd until it ends, so that sessions
+// exclude across daemons. Its own key space (rmwLockKey): the session's
+// holder commits the file under the commit lock meanwhile.
+func (n *Node) rmwClusterLock(s *rmw.Session, uid uint32) bool {
 	if !n.r.clustered() {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.r.opts.RMWWait)
 	defer cancel()
-	held, err := n.r.locks.Lock(ctx, "rmw session", rmwLockKey(n.path()))
+	held, err := n.r.locks.Lock(ctx, "rmw session", rmwLockKey(uid, n.path()))
 	if err != nil {
 		n.r.log.Warn("rmw: no cluster lock for a session: opened without one", zap.String("path", logPath(n.path())), zap.Error(err))
 		return false
@@ -148,18 +165,19 @@ func (n *Node) rmwClusterLock(s *rmw.Session) bool {
 	return true
 }
 
-// rmwLockKey is the cluster lock of the sessions of path: a name no
-// file's commit lock has, and as local ID the one the cluster backend
+// rmwLockKey is the cluster lock of user uid's sessions of path: a name
+// no file's commit lock has, and as local ID the one the cluster backend
 // gives that name anyway.
-func rmwLockKey(path string) lockmgr.Key {
-	name := "\x00rmw/" + path
+func rmwLockKey(uid uint32, path string) lockmgr.Key {
+	name := "\x00rmw/" + strconv.FormatUint(uint64(uid), 10) + "/" + path
 	return lockmgr.Key{ID: lockmgr.NameID(name), Name: name}
 }
 
-// rmwSelected reports whether thread tid's opens of n take sessions,
-// and its process. Globs select every process; learned paths only the
-// programs seen doing a read-modify-write on them.
-func (n *Node) rmwSelected(tid uint32) (uint32, bool) {
+// rmwSelected reports whether the opens of n by thread tid of user uid
+// take sessions, and its process. Globs select every process; learned
+// paths only the programs that user was seen running when it did a
+// read-modify-write on them.
+func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool) {
 	x := n.r.rmw
 	paths := n.names()
 	for _, p := range paths {
@@ -171,12 +189,13 @@ func (n *Node) rmwSelected(tid uint32) (uint32, bool) {
 		return 0, false
 	}
 	for _, p := range paths {
-		if x.learned.HasPath(p) {
+		if x.learned.HasPath(uid, p) {
 			// A program that cannot be told takes a session: a
-			// session costs a reader time, a missed one an increment.
+			// session costs a reader time (its user's only), a
+			// missed one an increment.
 			pid := rmwTgid(tid)
 			cmd := program(pid)
-			return pid, cmd == "" || x.learned.Has(rmw.Pair{Path: p, Cmd: cmd})
+			return pid, cmd == "" || x.learned.Has(rmw.Pair{UID: uid, Path: p, Cmd: cmd})
 		}
 	}
 	return 0, false
@@ -244,7 +263,7 @@ func (n *Node) rmwOpened(h *handle, s *rmw.Session, flags uint32) {
 	}
 	if s == nil && x.reads.Read(n.f.ino, int32(h.tgid)) {
 		h.rmw.tried = true
-		n.r.rmwLearn(n, h.tgid)
+		n.r.rmwLearn(n, h.tgid, h.uid)
 	}
 }
 
@@ -257,21 +276,21 @@ func (h *handle) rmwWrite() {
 		return
 	}
 	h.rmw.tried = true
-	h.n.r.rmwLearn(h.n, h.tgid)
+	h.n.r.rmwLearn(h.n, h.tgid, h.uid)
 }
 
-// rmwLearn learns (path, program) for process pid, which read the file
-// and now writes it, unless it holds a flock or fcntl lock: then it
-// serializes itself, and a session could only add a wait.
-func (r *root) rmwLearn(n *Node, pid uint32) {
+// rmwLearn learns (path, program) for process pid of user uid, which
+// read the file and now writes it, unless it holds a flock or fcntl
+// lock: then it serializes itself, and a session could only add a wait.
+func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	x := r.rmw
 	// A lock held through this daemon is known without /proc: a flock
 	// counter's writes (the lock holder's, on its critical path) read
 	// no command line.
-	if x.learned.Full() || r.book.heldBy(pid) {
+	if x.learned.Full(uid) || r.book.heldBy(pid) {
 		return
 	}
-	p := rmw.Pair{Path: n.path(), Cmd: program(pid)}
+	p := rmw.Pair{UID: uid, Path: n.path(), Cmd: program(pid)}
 	now := time.Now()
 	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
 		return
@@ -284,7 +303,11 @@ func (r *root) rmwLearn(n *Node, pid uint32) {
 		return
 	}
 	r.log.Info("rmw: learned a read-modify-write without a lock: its opens of this file take sessions",
-		zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd), zap.Uint32("pid", pid))
+		zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd), zap.Uint32("uid", uid), zap.Uint32("pid", pid))
+	if x.learned.Full(uid) {
+		r.log.Warn("rmw: no more pairs are learned for this user (its share, or all users' but root's, is full)",
+			zap.Uint32("uid", uid), zap.Int("per_uid", rmw.MaxPerUID), zap.Int("all_users", rmw.MaxLearned))
+	}
 	r.saveLearned(x)
 }
 
@@ -296,7 +319,7 @@ func (h *handle) rmwCommitted() {
 	if x == nil {
 		return
 	}
-	s := x.table.Held(h.n.f.ino)
+	s := x.table(h.uid).Held(h.n.f.ino)
 	if s == nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -73,20 +74,36 @@ func args(pid uint32) []string {
 	return rmwBounded(nil, func() []string { return procArgs(pid) })
 }
 
-// program names what pid runs, for learning: the executable and its
-// first argument that is not an option (an interpreter's script), so
-// that a CGI counter is one program whatever its query.
+// program names what pid runs, for learning: the executable the kernel
+// runs it from (/proc/PID/exe, which argv cannot change: a process that
+// set $0 or was started with exec -a is still what it executes) and its
+// first argument after argv[0] that is not an option (an interpreter's
+// script), so that a CGI counter is one program whatever its query and
+// two Perl scripts are two programs. That argument is argv's: a process
+// can name any script there, but only its own user's pairs ever select
+// it (Pair.UID), and what it could do to its own user's sessions that
+// way it can do anyway (signal, stop or trace that user's processes,
+// rewrite the files). It is not resolved: a stat of a path the caller
+// chose, from within its request, could reach this very mount while
+// the kernel holds the directory's lock (a CREATE learns too). "": the
+// executable could not be read (gone, another pid namespace).
 func program(pid uint32) string {
-	a := args(pid)
-	if len(a) == 0 || a[0] == "" {
+	if pid == 0 {
 		return ""
 	}
-	for _, x := range a[1:] {
-		if x != "" && !strings.HasPrefix(x, "-") {
-			return a[0] + " " + x
+	return rmwBounded("", func() string {
+		exe, err := os.Readlink(pidPath(pid, "exe"))
+		if err != nil || exe == "" {
+			return ""
 		}
-	}
-	return a[0]
+		a := procArgs(pid)
+		for i, x := range a {
+			if i > 0 && x != "" && !strings.HasPrefix(x, "-") {
+				return exe + " " + x
+			}
+		}
+		return exe
+	})
 }
 
 // cmdline is pid's command line for a log line, shortened.

@@ -36,7 +36,7 @@ func (r *root) loadLearned() *rmw.Learned {
 		return l
 	}
 	for _, p := range l.List() {
-		r.log.Info("rmw: learned", zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd))
+		r.log.Info("rmw: learned", zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd), zap.Uint32("uid", p.UID))
 	}
 	return l
 }

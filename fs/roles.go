@@ -62,6 +62,9 @@ type roles struct {
 	// removed file's ghost and table entries for good.
 	movedAt int64
 	live    int // nodes made and not forgotten (candidates.go)
+	// nodes are those nodes, whose attributes a change of permissions
+	// drops (permChanged).
+	nodes map[*Node]struct{}
 	// pt: nodes with a backing file registered (roles_pt.go); appended:
 	// an append was committed, no reader is passed through.
 	pt       map[*Node]struct{}
@@ -185,6 +188,10 @@ func (r *root) made(ctx context.Context, n *Node, gen uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.roles.live++
+	if f.roles.nodes == nil {
+		f.roles.nodes = map[*Node]struct{}{}
+	}
+	f.roles.nodes[n] = struct{}{}
 	r.ids.revive(f) // a forget may have dropped it after the lookup found it
 	n.rl.ver, n.rl.key, n.rl.gen = f.version, k, gen
 	if now := time.Now().UnixNano(); f.roles.writers.toGen(0, gen, now) {
@@ -429,6 +436,7 @@ func (n *Node) forgettable() bool {
 		f.roles.current = nil
 	}
 	f.roles.live--
+	delete(f.roles.nodes, n)
 	return f.roles.live <= 0
 }
 

@@ -13,8 +13,15 @@ import (
 	"sync"
 )
 
-// MaxLearned bounds the pairs learned (and the file they persist in):
-// a site has a handful of counters; beyond, nothing more is learned.
+// MaxPerUID bounds the pairs learned for one user (root included): a
+// site has a handful of counters per user; beyond, nothing more is
+// learned for that user, whoever else still learns.
+const MaxPerUID = 64
+
+// MaxLearned bounds the pairs of all users but root together, and with
+// MaxPerUID the stored file: one user fills at most MaxPerUID of it, so
+// no one user can fill it for the others, and root's pairs never
+// count against it.
 const MaxLearned = 512
 
 // MaxPath and MaxCmd bound a pair: longer ones are not learned.
@@ -24,55 +31,74 @@ const (
 )
 
 // MaxBytes bounds the stored file: what Encode writes for a full set.
-const MaxBytes = MaxLearned * maxLine
+const MaxBytes = (MaxLearned + MaxPerUID) * maxLine
 
-// maxLine bounds one stored line: a path (journal targets are bounded
-// the same way) and a command, quoted.
-const maxLine = 4*(MaxPath+MaxCmd) + 8
+// maxLine bounds one stored line: a uid, a path (journal targets are
+// bounded the same way) and a command, quoted.
+const maxLine = 4*(MaxPath+MaxCmd) + 20
 
-// Pair is a file, by its path below the mount root, and the program
-// seen reading it and then writing it without a lock of its own.
+// Pair is a file, by its path below the mount root, and a program (a
+// name argv cannot choose: see the caller) that user UID was seen
+// running when it read the file and then wrote it without a lock of its
+// own. A pair selects only that user's processes.
 type Pair struct {
+	UID       uint32
 	Path, Cmd string
+}
+
+// userPath is a path a user has pairs for.
+type userPath struct {
+	uid  uint32
+	path string
 }
 
 // Learned is the set of pairs learned in auto mode.
 type Learned struct {
-	mu    sync.Mutex
-	pairs map[Pair]bool
-	paths map[string]int // how many pairs name each path
+	mu     sync.Mutex
+	pairs  map[Pair]bool
+	paths  map[userPath]int // how many pairs name each path, per user
+	byUID  map[uint32]int   // pairs per user
+	others int              // pairs of users other than root
 }
 
 // NewLearned returns an empty set.
 func NewLearned() *Learned {
-	return &Learned{pairs: map[Pair]bool{}, paths: map[string]int{}}
+	return &Learned{pairs: map[Pair]bool{}, paths: map[userPath]int{}, byUID: map[uint32]int{}}
 }
 
-// Add learns p; false if known already or the set is full.
+// Add learns p; false if known already, too long, or past a bound.
 func (l *Learned) Add(p Pair) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pairs[p] || len(l.pairs) >= MaxLearned || len(p.Path) > MaxPath || len(p.Cmd) > MaxCmd {
+	if l.pairs[p] || l.fullLocked(p.UID) || len(p.Path) > MaxPath || len(p.Cmd) > MaxCmd {
 		return false
 	}
 	l.pairs[p] = true
-	l.paths[p.Path]++
+	l.paths[userPath{p.UID, p.Path}]++
+	l.byUID[p.UID]++
+	if p.UID != 0 {
+		l.others++
+	}
 	return true
 }
 
-// Full reports whether nothing more can be learned.
-func (l *Learned) Full() bool {
+// Full reports whether nothing more can be learned for user uid.
+func (l *Learned) Full(uid uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.pairs) >= MaxLearned
+	return l.fullLocked(uid)
 }
 
-// HasPath reports whether any program was learned for path: only then
-// is the opener's command line worth reading.
-func (l *Learned) HasPath(p string) bool {
+func (l *Learned) fullLocked(uid uint32) bool {
+	return l.byUID[uid] >= MaxPerUID || uid != 0 && l.others >= MaxLearned
+}
+
+// HasPath reports whether any program was learned for path and user
+// uid: only then is the opener's program worth reading.
+func (l *Learned) HasPath(uid uint32, p string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.paths[p] > 0
+	return l.paths[userPath{uid, p}] > 0
 }
 
 // Has reports whether p was learned.
@@ -82,7 +108,14 @@ func (l *Learned) Has(p Pair) bool {
 	return l.pairs[p]
 }
 
-// List returns the pairs, sorted.
+// Len is the number of pairs learned.
+func (l *Learned) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pairs)
+}
+
+// List returns the pairs, sorted by user, path and program.
 func (l *Learned) List() []Pair {
 	l.mu.Lock()
 	out := make([]Pair, 0, len(l.pairs))
@@ -90,14 +123,19 @@ func (l *Learned) List() []Pair {
 		out = append(out, p)
 	}
 	l.mu.Unlock()
-	slices.SortFunc(out, func(a, b Pair) int { return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Cmd, b.Cmd)) })
+	slices.SortFunc(out, func(a, b Pair) int {
+		return cmp.Or(cmp.Compare(a.UID, b.UID), cmp.Compare(a.Path, b.Path), cmp.Compare(a.Cmd, b.Cmd))
+	})
 	return out
 }
 
-// Encode writes the pairs one a line: two Go-quoted strings.
+// Encode writes the pairs one a line: the uid, then the path and the
+// program as Go-quoted strings.
 func (l *Learned) Encode() []byte {
 	var b bytes.Buffer
 	for _, p := range l.List() {
+		b.WriteString(strconv.FormatUint(uint64(p.UID), 10))
+		b.WriteByte(' ')
 		b.WriteString(strconv.Quote(p.Path))
 		b.WriteByte(' ')
 		b.WriteString(strconv.Quote(p.Cmd))
@@ -109,14 +147,16 @@ func (l *Learned) Encode() []byte {
 // ErrBadLearned: the stored set is not what Encode writes.
 var ErrBadLearned = errors.New("rmw: bad learned file")
 
-// Decode reads what Encode wrote, at most MaxLearned pairs; the rest
-// of a longer file is ignored. A line that does not parse is an error:
-// the caller then starts from an empty set.
+// Decode reads what Encode wrote, with the bounds Add keeps: pairs past
+// a user's share, or past the whole set's, are dropped, whatever the
+// file holds. A line that does not parse is an error (so is a file of
+// the format before pairs carried their user): the caller then starts
+// from an empty set.
 func Decode(r io.Reader) (*Learned, error) {
 	l := NewLearned()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
-	for sc.Scan() && !l.Full() {
+	for sc.Scan() {
 		p, err := parseLine(sc.Text())
 		if err != nil {
 			return NewLearned(), err
@@ -130,11 +170,19 @@ func Decode(r io.Reader) (*Learned, error) {
 }
 
 func parseLine(s string) (Pair, error) {
-	qp, err := strconv.QuotedPrefix(s)
+	us, rest, ok := strings.Cut(s, " ")
+	if !ok {
+		return Pair{}, ErrBadLearned
+	}
+	uid, err := strconv.ParseUint(us, 10, 32)
 	if err != nil {
 		return Pair{}, ErrBadLearned
 	}
-	rest, ok := strings.CutPrefix(s[len(qp):], " ")
+	qp, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return Pair{}, ErrBadLearned
+	}
+	rest, ok = strings.CutPrefix(rest[len(qp):], " ")
 	if !ok {
 		return Pair{}, ErrBadLearned
 	}
@@ -147,7 +195,7 @@ func parseLine(s string) (Pair, error) {
 	if p == "" || path.IsAbs(p) {
 		return Pair{}, ErrBadLearned
 	}
-	return Pair{Path: p, Cmd: c}, nil
+	return Pair{UID: uint32(uid), Path: p, Cmd: c}, nil
 }
 
 // Globs selects paths (relative to the mount root): a glob with a '/'

@@ -2,6 +2,8 @@ package rmw
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -177,39 +179,78 @@ func TestHoldAfterLastClose(t *testing.T) {
 
 func TestLearnedRoundTrip(t *testing.T) {
 	l := NewLearned()
-	l.Add(Pair{"data/count.txt", "perl /cgi/count.pl"})
-	l.Add(Pair{"a\nb \"q\"", "x y"})
-	if l.Add(Pair{"data/count.txt", "perl /cgi/count.pl"}) {
+	l.Add(Pair{33, "data/count.txt", "/usr/bin/perl /cgi/count.pl"})
+	l.Add(Pair{0, "a\nb \"q\"", "x y"})
+	if l.Add(Pair{33, "data/count.txt", "/usr/bin/perl /cgi/count.pl"}) {
 		t.Fatal("duplicate added")
 	}
 	got, err := Decode(strings.NewReader(string(l.Encode())))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.Has(Pair{"a\nb \"q\"", "x y"}) || !got.HasPath("data/count.txt") || len(got.List()) != 2 {
+	if !got.Has(Pair{0, "a\nb \"q\"", "x y"}) || !got.HasPath(33, "data/count.txt") || got.Len() != 2 {
 		t.Fatalf("decoded %v", got.List())
+	}
+	if got.HasPath(0, "data/count.txt") || got.Has(Pair{0, "data/count.txt", "/usr/bin/perl /cgi/count.pl"}) {
+		t.Fatal("www-data's pair selects root's processes")
 	}
 }
 
-func TestLearnedBadAndBounded(t *testing.T) {
-	for _, bad := range []string{"x y\n", "\"a\"\n", "\"/abs\" \"c\"\n", "\"a\" \"c\" junk\n"} {
+func TestLearnedBad(t *testing.T) {
+	for _, bad := range []string{"x y\n", "\"a\"\n", "0 \"/abs\" \"c\"\n", "0 \"a\" \"c\" junk\n",
+		"\"a\" \"c\"\n", "-1 \"a\" \"c\"\n", "4294967296 \"a\" \"c\"\n"} {
 		if _, err := Decode(strings.NewReader(bad)); err == nil {
 			t.Errorf("%q decoded", bad)
 		}
 	}
+}
+
+// TestLearnedBounded: one user fills its own share only, never the
+// set; root's pairs do not count against the others'; a stored file
+// holding more is cut to the same bounds when read.
+func TestLearnedBounded(t *testing.T) {
 	l := NewLearned()
-	for i := range MaxLearned + 10 {
-		l.Add(Pair{strings.Repeat("p", i+1), "c"})
+	for i := range 10 * MaxPerUID {
+		l.Add(Pair{33, strings.Repeat("p", i+1), "c"})
 	}
-	if len(l.List()) != MaxLearned || !l.Full() {
-		t.Fatalf("%d pairs kept", len(l.List()))
+	if l.Len() != MaxPerUID || !l.Full(33) || l.Full(65534) || l.Full(0) {
+		t.Fatalf("one user's flood: %d pairs kept, full for it %v, for others %v %v", l.Len(), l.Full(33), l.Full(65534), l.Full(0))
 	}
+	if !l.Add(Pair{65534, "other/count.txt", "c"}) {
+		t.Fatal("another user's pair refused after one user's flood")
+	}
+	// Many users together fill the set; root still learns its share.
+	for uid := uint32(1000); !l.Full(uid); uid++ {
+		for i := 0; !l.Full(uid); i++ {
+			l.Add(Pair{uid, strconv.Itoa(i), "c"})
+		}
+	}
+	if l.Len() != MaxLearned || !l.Full(1) {
+		t.Fatalf("%d pairs of users other than root, want %d", l.Len(), MaxLearned)
+	}
+	for i := range MaxPerUID + 5 {
+		l.Add(Pair{0, strconv.Itoa(i), "c"})
+	}
+	if l.Len() != MaxLearned+MaxPerUID || !l.Full(0) {
+		t.Fatalf("%d pairs with root's, want %d", l.Len(), MaxLearned+MaxPerUID)
+	}
+	if len(l.Encode()) > MaxBytes {
+		t.Fatalf("a full set encodes to %d bytes, over MaxBytes %d", len(l.Encode()), MaxBytes)
+	}
+
+	// A stored file (hand-written, or from a version without bounds)
+	// with a flood by one user before another user's pair.
 	var b strings.Builder
-	b.Write(l.Encode())
-	b.WriteString("\"extra\" \"c\"\n")
+	for i := range 10 * MaxPerUID {
+		fmt.Fprintf(&b, "33 %q \"c\"\n", strconv.Itoa(i))
+	}
+	b.WriteString("65534 \"other/count.txt\" \"c\"\n")
 	got, err := Decode(strings.NewReader(b.String()))
-	if err != nil || len(got.List()) != MaxLearned {
-		t.Fatalf("decode of a long file: %v, %d pairs", err, len(got.List()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != MaxPerUID+1 || !got.Has(Pair{65534, "other/count.txt", "c"}) {
+		t.Fatalf("decoded a flooded file: %d pairs, the other user's kept %v", got.Len(), got.Has(Pair{65534, "other/count.txt", "c"}))
 	}
 }
 

@@ -97,7 +97,11 @@ func TestRMWNaiveCounterAuto(t *testing.T) {
 		"learning logged once")
 	stored, err := os.ReadFile(m.BackingPath(fs.InternalDir, "rmw-learned"))
 	require.NoError(t, err)
-	require.Contains(t, string(stored), `"data/count.txt" "perl `+PerlScript("naive_counter.pl")+`"`)
+	perl, err := exec.LookPath("perl")
+	require.NoError(t, err)
+	perl, err = filepath.EvalSymlinks(perl) // what /proc/PID/exe names
+	require.NoError(t, err)
+	require.Contains(t, string(stored), strconv.Itoa(int(www.Uid))+` "data/count.txt" "`+perl+" "+PerlScript("naive_counter.pl")+`"`)
 
 	naive(t, m, www, file, 1)
 	st := m.Stats()
@@ -334,7 +338,7 @@ func TestRMWLearnedUntrusted(t *testing.T) {
 	m, www, _, logs := rmwSetup(t, func(o *fs.Options) { o.RMWAuto = true })
 	m.stop(t)
 	p := m.BackingPath(fs.InternalDir, "rmw-learned")
-	require.NoError(t, os.WriteFile(p, []byte(`"data/count.txt" "perl /x.pl"`+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(p, []byte(`33 "data/count.txt" "/usr/bin/perl /x.pl"`+"\n"), 0o600))
 	require.NoError(t, os.Chown(p, int(www.Uid), int(www.Gid)))
 	m.start(t)
 	require.Zero(t, logs.FilterMessage("rmw: learned").Len(), "the planted pair was read")

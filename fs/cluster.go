@@ -61,6 +61,7 @@ func (n *Node) adoptPublished(rel string, st *unix.Stat_t) bool {
 		return false
 	}
 	n.r.ids.rekey(n.f, keyOf(st))
+	n.repinNamed()
 	n.f.bump()
 	return true
 }
@@ -95,6 +96,7 @@ func (n *Node) adopt(g lockmgr.Held) bool {
 		}
 		if committedElsewhere(g, o.rel(), st.Ino) {
 			n.r.ids.rekey(n.f, keyOf(&st))
+			n.repinNamed()
 			n.f.bump()
 			n.r.log.Debug("cluster: adopted a version committed by another daemon", zap.String("path", logPath(o.rel())))
 			return true

@@ -225,6 +225,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 	// The new version is in place: from here on, failure to sync is
 	// reported but the commit is not undone.
 	r.ids.rekey(h.n.f, keyOf(&st))
+	h.n.f.repin(int(h.stage.Fd()))
 	h.setBase(h.stage, 0)
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	h.staged.Store(0)

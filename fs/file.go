@@ -38,7 +38,11 @@ type file struct {
 	// the mount (unlink, rename over it), so that an open the kernel
 	// resolved before that still opens it, and a symlink it resolved
 	// still reads, as on a plain file system.
-	ghost   int
+	ghost int
+	// pin: O_PATH fd of the committed version (key) while f has open
+	// handles, so that its backing inode number cannot be freed and
+	// reused by another file while anything can act on f (pin.go).
+	pin     int
 	handles map[*handle]struct{}
 	version uint64 // bumped by every commit
 	opened  uint64 // handles opened so far, for handle.seq
@@ -74,7 +78,7 @@ func (f *file) identity() gofs.StableAttr {
 }
 
 func newFile(ino uint64, kind uint32, k key) *file {
-	return &file{ino: ino, kind: kind, key: k, ghost: -1}
+	return &file{ino: ino, kind: kind, key: k, ghost: -1, pin: -1}
 }
 
 // addName names f n in dir; it reports whether f had not that name.
@@ -115,6 +119,9 @@ func (f *file) addHandle(h *handle) {
 		f.handles = map[*handle]struct{}{}
 	}
 	f.handles[h] = struct{}{}
+	if f.pin < 0 && h.first != nil {
+		f.pin = pathIfKey(int(h.first.Fd()), f.key)
+	}
 	f.mu.Unlock()
 }
 
@@ -125,6 +132,8 @@ func (f *file) dropHandle(h *handle) {
 	delete(f.handles, h)
 	if len(f.handles) == 0 {
 		f.handles = nil
+		closeFd(f.pin)
+		f.pin = -1
 	}
 	f.mu.Unlock()
 }
@@ -248,14 +257,17 @@ func (f *file) handleCount() int {
 	return len(f.handles)
 }
 
-// named reports whether f may be the file now at dir/nm, whose backing
-// identity is k: f already has that name, still has another name that
-// leads to k (a hard link), has no name yet, or is open. Names that no
-// longer lead to k are dropped.
+// named reports whether f, found in the tables by backing identity k,
+// may be the file now at dir/nm: f already has that name, or holds its
+// version k alive (pinned: then k is f's inode, and dir/nm a link made
+// in BACKING), or still has another name that leads to k (a hard link).
+// A file without a name, or whose names lead elsewhere, had its inode
+// freed: k is a reused number, another file. Names that no longer lead
+// to k are dropped.
 func (f *file) named(dir *Node, nm string, k key) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.names.has(name{dir, nm}) || len(f.names) == 0 || len(f.handles) > 0 {
+	if f.names.has(name{dir, nm}) || f.pinned() {
 		return true
 	}
 	f.names.dropIf(func(o name) bool { return !o.leadsTo(k) })

@@ -38,16 +38,16 @@ func newIDs() *ids {
 	return &ids{byKey: map[key]*file{}, byIno: map[uint64]*file{}, nextID: firstSynthetic}
 }
 
-// get returns the logical file for st, making one if it is new.
-func (t *ids) get(st *unix.Stat_t) *file {
+// get returns the logical file for st, making one if it is new (made).
+func (t *ids) get(st *unix.Stat_t) (f *file, made bool) {
 	k := keyOf(st)
 	kind := st.Mode & unix.S_IFMT
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if f := t.byKey[k]; f != nil && f.kind == kind {
-		return f
+		return f, false
 	}
-	return t.newLocked(st)
+	return t.newLocked(st), true
 }
 
 func (t *ids) newLocked(st *unix.Stat_t) *file {

@@ -14,9 +14,9 @@ import (
 func TestIDsReusedNumberGetsNewIdentity(t *testing.T) {
 	tab := newIDs()
 	st := unix.Stat_t{Dev: 1, Ino: 100, Mode: unix.S_IFREG}
-	old := tab.get(&st)
+	old, _ := tab.get(&st)
 	tab.drop(old)
-	fresh := tab.get(&st)
+	fresh, _ := tab.get(&st)
 	if fresh == old {
 		t.Fatalf("a dropped file came back from the table")
 	}

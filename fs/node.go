@@ -285,8 +285,8 @@ func (n *Node) child(ctx context.Context, nm string, st *unix.Stat_t, out *fuse.
 
 // entryFile is the logical file of entry nm, whose backing stat is st.
 func (n *Node) entryFile(nm string, st *unix.Stat_t) *file {
-	f := n.r.ids.get(st)
-	if !f.named(n, nm, keyOf(st)) {
+	f, made := n.r.ids.get(st)
+	if !made && !f.named(n, nm, keyOf(st)) {
 		// The backing inode number was freed and reused (the file was
 		// deleted directly in BACKING): this is another file.
 		f = n.r.ids.fresh(st)

@@ -50,12 +50,15 @@ func (n *Node) withSelf(fn func(fd int) error) error {
 }
 
 // dupVersion returns a duplicate of a descriptor of backing inode k held
-// by f: the version one of its handles opened, or its ghost. Only f.mu is
+// by f: its pin, the version one of its handles opened, or its ghost. Only f.mu is
 // taken (a handle's first fd stays open while it is listed), never h.mu,
 // which a commit holds while it waits for the lock its caller may hold.
 func (f *file) dupVersion(k key) (int, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if fd, ok := dupIfKey(f.pin, k); ok {
+		return fd, true
+	}
 	for h := range f.handles {
 		if fd, ok := dupIfKey(int(h.first.Fd()), k); ok {
 			return fd, true

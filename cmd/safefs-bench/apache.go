@@ -352,11 +352,18 @@ DocumentRoot "%[4]s"
 <Directory "%[4]s">
     Require all granted
 </Directory>
-`
+%[5]s`
 
 // startApache starts Apache on a free loopback port serving dir and
 // waits until it answers.
 func startApache(ctx context.Context, dir string) (*apache, error) {
+	return startApacheWith(ctx, dir, nil)
+}
+
+// startApacheWith is startApache with more configuration: more writes
+// files into Apache's temporary directory and returns lines for its
+// configuration (cgi.go).
+func startApacheWith(ctx context.Context, dir string, more func(tmp string) (string, error)) (*apache, error) {
 	bin, err := apacheBin()
 	if err != nil {
 		return nil, err
@@ -370,8 +377,15 @@ func startApache(ctx context.Context, dir string) (*apache, error) {
 		return nil, err
 	}
 	a := &apache{tmp: tmp, addr: addr}
+	extra := ""
+	if more != nil {
+		if extra, err = more(tmp); err != nil {
+			os.RemoveAll(tmp)
+			return nil, err
+		}
+	}
 	conf := filepath.Join(tmp, "apache2.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, apacheConf, tmp, addr, apacheModules, dir), 0o644); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, apacheConf, tmp, addr, apacheModules, dir, extra), 0o644); err != nil {
 		os.RemoveAll(tmp)
 		return nil, err
 	}

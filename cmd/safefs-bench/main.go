@@ -73,6 +73,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.Var((*sizeFlag)(&cfg.memSize), "memory-size", "memory: bytes written through one handle (suffix K, M, G)")
 	fl.IntVar(&cfg.apacheN, "apache-n", 20000, "apache: requests")
 	fl.DurationVar(&cfg.apachePause, "apache-pause", 0, "apache: rewriter's pause after each rewrite (0: continuous)")
+	fl.IntVar(&cfg.cgiN, "cgi-n", 2000, "cgi-php-flock: requests")
 	etcdURL := fl.String("etcd", "", "with -cluster: the etcd (URL) the safefs-etcd rows lock through")
 	clusterTable := fl.Bool("cluster", false, "print only the cluster table: commits/s with in-process and etcd locks, 1 and 2 daemons (issue 13)")
 	clusterN := fl.Int("cluster-n", 200, "-cluster: commits per writer per cell")

@@ -30,6 +30,7 @@ type config struct {
 	counterRuns  int           // naive-counter increments per process
 	apacheN      int           // apache requests
 	apachePause  time.Duration // apache: rewriter's pause after each rewrite
+	cgiN         int           // cgi-php-flock requests
 	flockProcs   int           // flock-counter processes
 	flockRuns    int           // flock-counter commits per process
 	writersN     int           // writers-K: commits in all, shared among the K writers
@@ -41,7 +42,7 @@ type config struct {
 
 func (c config) valid() bool {
 	for _, n := range []int64{int64(c.createN), int64(c.rewriteN), int64(c.appendN), int64(c.statN),
-		int64(c.statPasses), int64(c.readN), int64(c.readPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), c.seqSize, c.mmapSize,
+		int64(c.statPasses), int64(c.readN), int64(c.readPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), int64(c.cgiN), c.seqSize, c.mmapSize,
 		int64(c.flockProcs), int64(c.flockRuns), int64(c.writersN), int64(c.memFiles), c.memSize} {
 		if n < 1 {
 			return false
@@ -53,7 +54,7 @@ func (c config) valid() bool {
 // shrink divides every count and size by 10, for smoke runs. The counters
 // keep their processes: with fewer there is little race to measure.
 func (c *config) shrink() {
-	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.readN, &c.counterRuns, &c.apacheN,
+	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.readN, &c.counterRuns, &c.apacheN, &c.cgiN,
 		&c.flockRuns, &c.writersN, &c.memFiles} {
 		*n = max(*n/10, 1)
 	}
@@ -119,6 +120,7 @@ var workloads = []workload{
 	writersRow(16),
 	{name: "memory", unit: "MiB", run: memoryRun, safefsOnly: true, text: true},
 	{name: "apache", unit: "req/s", setup: apacheSetup, run: apacheRun, extra: apacheCutTitle},
+	{name: "cgi-php-flock", unit: "req/s", setup: cgiSetup, run: cgiRun},
 }
 
 var block4k = pattern(4096)

@@ -119,3 +119,26 @@ func apacheProcesses(t *testing.T, dir string) []string {
 	}
 	return left
 }
+
+// TestCGIPHPFlockBench runs the cgi-php-flock workload briefly on the
+// backing target under a real Apache: a rate, every request counted.
+func TestCGIPHPFlockBench(t *testing.T) {
+	for _, need := range []func() error{func() error { _, err := apacheBin(); return err }, func() error { _, err := os.Stat(phpCGI); return err }} {
+		if err := need(); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%v (.ci/run installs apache2 and php-cgi)", err)
+			}
+			t.Skip(err)
+		}
+	}
+	dir := wwwDir(t)
+	t.Setenv("TMPDIR", dir)
+	var out, errOut bytes.Buffer
+	err := run([]string{"-dir", dir, "-markdown", "-targets", "backing", "-workloads", "cgi-php-flock", "-cgi-n", "200"}, &out, &errOut)
+	t.Logf("table:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	require.NoError(t, err)
+	rows := markdownRows(t, out.String())
+	require.Len(t, rows["cgi-php-flock"], 1)
+	assert.Regexp(t, `^[0-9.]+ req/s \(1\.00x, \?\)$`, rows["cgi-php-flock"][0])
+	assert.Empty(t, apacheProcesses(t, dir), "Apache processes left behind")
+}

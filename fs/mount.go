@@ -194,6 +194,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	}
 	mounted := &Server{srv: srv, r: r, unlock: s.unlock}
 	mounted.watchMount()
+	r.crash("mount-served") // a stop point for tests only: what the caller does next
 	return mounted, nil
 }
 

@@ -21,6 +21,8 @@ func (r *root) killCheckSelfTest(mountpoint string) bool {
 	r.selfTestSeen.Store(false)
 	cmd := exec.Command("/bin/sh", "-c", `exec >>"$0" && printf x && kill -KILL $$`, probe)
 	_ = cmd.Run() // it dies by SIGKILL: an error is the expected outcome
+	// A stop point for tests only.
+	r.crash("selftest-killed")
 	st, err := os.Stat(probe)
 	defer os.Remove(probe)
 	ok := err == nil && st.Size() == 0 && r.selfTestSeen.Load()

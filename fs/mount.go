@@ -184,6 +184,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.jr.Close()
 		return nil, err
 	}
+	r.dropProbes()
 	if r.opts.KillCheck && !r.opts.ReadOnly && !r.killCheckSelfTest(mountpoint) {
 		// Serving would break a promise silently: the operator decides.
 		_ = srv.Unmount()

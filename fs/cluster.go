@@ -86,7 +86,7 @@ func (n *Node) adopt(g lockmgr.Held) bool {
 		return false
 	}
 	for _, o := range n.f.nameList() {
-		dir, err := o.dir.dirFd()
+		dir, err := o.dirFd()
 		if err != nil {
 			continue
 		}

@@ -276,7 +276,7 @@ func (f *file) named(dir *Node, nm string, k key) bool {
 
 // leadsTo reports whether the name still names backing inode k.
 func (o name) leadsTo(k key) bool {
-	fd, err := o.dir.dirFd()
+	fd, err := o.dirFd()
 	if err != nil {
 		return false
 	}

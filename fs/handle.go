@@ -487,7 +487,7 @@ func (h *handle) flush(ctx context.Context) syscall.Errno {
 // share this descriptor (fork) and close it alive later.
 func (h *handle) killedClose(pid uint32) {
 	h.killed = true
-	if p := h.n.path(); isSelfTestProbe(p) {
+	if p := h.n.path(); h.n.r.isSelfTestProbe(p) {
 		h.n.r.selfTestSeen.Store(true) // not a user's writer: not counted
 		return
 	}

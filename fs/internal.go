@@ -144,6 +144,19 @@ func (r *root) quarantine(u untrusted) error {
 	return nil
 }
 
+// InternalDir returns a descriptor of the internal directory checked at
+// mount (BACKING/.safefs, or a cluster node's .safefs/nodes/NODE), for
+// what the daemon keeps there besides its state: the status socket is
+// made and removed through it, never through the path, which a writer
+// of BACKING can point elsewhere at any moment. The caller closes it.
+func (s *Server) InternalDir() (*os.File, error) {
+	fd, err := unix.FcntlInt(s.r.internal.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), s.r.internalPath), nil
+}
+
 // parts are the fds of internalParts, in that order.
 func (r *root) parts() []*int { return []*int{&r.stagingfd, &r.undofd, &r.rejectedfd} }
 

@@ -188,6 +188,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.jr.Close()
 		return nil, err
 	}
+	r.dropProbes()
 	if r.opts.KillCheck && !r.opts.ReadOnly && !r.killCheckSelfTest(mountpoint) {
 		// Serving would break a promise silently: the operator decides.
 		_ = srv.Unmount()
@@ -198,6 +199,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	}
 	mounted := &Server{srv: srv, r: r, unlock: s.unlock}
 	mounted.watchMount()
+	r.crash("mount-served") // a stop point for tests only: what the caller does next
 	return mounted, nil
 }
 

@@ -200,7 +200,7 @@ func (n *Node) statNamed() (unix.Stat_t, error) {
 // looked at by a stat of the name, without an fd (v.fd is -1).
 func (n *Node) statName(leads func(name, *unix.Stat_t) bool) (named, bool) {
 	for _, o := range n.f.nameList() {
-		dir, err := o.dir.dirFd()
+		dir, err := o.dirFd()
 		if err != nil {
 			continue
 		}
@@ -246,7 +246,7 @@ func (n *Node) findNamed() (named, error) {
 }
 
 func (n *Node) tryName(o name) (named, bool, error) {
-	dir, err := o.dir.dirFd()
+	dir, err := o.dirFd()
 	if err != nil {
 		return named{}, false, err
 	}
@@ -350,7 +350,10 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 	if n.hidden(nm) {
 		return nil, syscall.ENOENT
 	}
-	dir, err := n.dirFd()
+	if n.probeHidden(ctx, nm) {
+		return nil, syscall.EACCES
+	}
+	dir, err := n.entryDir(nm, false)
 	if err != nil {
 		return nil, n.errno(err)
 	}

@@ -20,6 +20,9 @@ func (n *Node) newEntry(ctx context.Context, nm string, size int, out *fuse.Entr
 	if n.hidden(nm) {
 		return nil, syscall.EPERM
 	}
+	if n.isProbe(nm) {
+		return nil, syscall.EACCES
+	}
 	if !journalable(n.childPath(nm)) {
 		return nil, syscall.ENAMETOOLONG
 	}
@@ -82,6 +85,9 @@ func (n *Node) Symlink(ctx context.Context, target, nm string, out *fuse.EntryOu
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if n.hidden(nm) {
 		return nil, syscall.EPERM
+	}
+	if n.isProbe(nm) {
+		return nil, syscall.EACCES
 	}
 	if !journalable(n.childPath(nm)) {
 		return nil, syscall.ENAMETOOLONG
@@ -149,9 +155,12 @@ func (n *Node) kid(nm string) *Node {
 	return k
 }
 
-func (n *Node) remove(nm string, flags int) syscall.Errno {
+func (n *Node) remove(ctx context.Context, nm string, flags int) syscall.Errno {
 	if n.hidden(nm) {
 		return syscall.ENOENT
+	}
+	if n.probeHidden(ctx, nm) {
+		return syscall.EACCES
 	}
 	k := n.kid(nm)
 	release, err := n.lockChildren(k)
@@ -159,7 +168,7 @@ func (n *Node) remove(nm string, flags int) syscall.Errno {
 		return n.errno(err)
 	}
 	defer release()
-	dir, err := n.writeDir()
+	dir, err := n.entryDir(nm, true)
 	if err != nil {
 		return n.errno(err)
 	}
@@ -199,16 +208,19 @@ func closeFd(fd int) {
 	}
 }
 
-func (n *Node) Unlink(ctx context.Context, nm string) syscall.Errno { return n.remove(nm, 0) }
+func (n *Node) Unlink(ctx context.Context, nm string) syscall.Errno { return n.remove(ctx, nm, 0) }
 
 func (n *Node) Rmdir(ctx context.Context, nm string) syscall.Errno {
-	return n.remove(nm, unix.AT_REMOVEDIR)
+	return n.remove(ctx, nm, unix.AT_REMOVEDIR)
 }
 
 func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	np := newParent.(*Node)
 	if n.hidden(nm) || np.hidden(newName) {
 		return syscall.EPERM
+	}
+	if n.isProbe(nm) || np.isProbe(newName) {
+		return syscall.EACCES
 	}
 	if !journalable(np.childPath(newName)) {
 		return syscall.ENAMETOOLONG

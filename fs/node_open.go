@@ -35,7 +35,7 @@ func (n *Node) openNamed(flags int) (*os.File, error) {
 	}
 	err := error(syscall.ESTALE)
 	for _, o := range names {
-		dir, derr := o.dir.dirFd()
+		dir, derr := o.dirFd()
 		if derr != nil {
 			continue
 		}
@@ -230,10 +230,13 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	if n.hidden(nm) {
 		return nil, nil, 0, syscall.EPERM
 	}
+	if n.probeHidden(ctx, nm) {
+		return nil, nil, 0, syscall.EACCES
+	}
 	if !journalable(n.childPath(nm)) {
 		return nil, nil, 0, syscall.ENAMETOOLONG
 	}
-	dir, err := n.writeDir()
+	dir, err := n.entryDir(nm, true)
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}

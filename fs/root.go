@@ -53,6 +53,8 @@ type root struct {
 	readerFds keptFds // reader nodes' version descriptors (readerfd.go)
 	// selfTestSeen: the kill-check self-test's probe was seen killed.
 	selfTestSeen atomic.Bool
+	// probe is the self-test's probe's name while it runs (selftest.go).
+	probe atomic.Pointer[string]
 	// changes of names begun and ended, for lookups (changeEpoch)
 	changesBegun, changesEnded atomic.Uint64
 	files                      *fileSlots

@@ -1,26 +1,42 @@
 package fs
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // selfTestPrefix names the probe file of the kill-check self-test. It
-// exists at the top of the mount for the few milliseconds of the test.
+// is reached at the top of the mount for the few milliseconds of the
+// test, and lives in the internal directory.
 const selfTestPrefix = ".safefs-selftest-"
 
 // killCheckSelfTest proves, at mount, that a writer killed by SIGKILL is
 // seen as killed: a shell opens a probe file through the mount, writes
 // one byte, and kills itself. The write must not commit.
+//
+// The probe must be the daemon's alone: in BACKING, which www-data may
+// own, one byte written into it made every mount fail. So its name at
+// the top of the mount leads into the internal directory, where no one
+// else writes, and only for the daemon's own uid: others find no such
+// name, and cannot remove it.
 func (r *root) killCheckSelfTest(mountpoint string) bool {
-	probe := filepath.Join(mountpoint, selfTestPrefix+tempName())
+	nm := selfTestPrefix + tempName()
+	r.probe.Store(&nm)
+	defer r.probe.Store(nil)
+	probe := filepath.Join(mountpoint, nm)
 	r.selfTestSeen.Store(false)
-	cmd := exec.Command("/bin/sh", "-c", `exec >>"$0" && printf x && kill -KILL $$`, probe)
+	// The daemon's umask is 0 once mounted: the probe is made 0600.
+	cmd := exec.Command("/bin/sh", "-c", `umask 077 && exec >>"$0" && printf x && kill -KILL $$`, probe)
 	_ = cmd.Run() // it dies by SIGKILL: an error is the expected outcome
+	// A stop point for tests only.
+	r.crash("selftest-killed")
 	st, err := os.Stat(probe)
 	defer os.Remove(probe)
 	ok := err == nil && st.Size() == 0 && r.selfTestSeen.Load()
@@ -33,8 +49,62 @@ func (r *root) killCheckSelfTest(mountpoint string) bool {
 	return ok
 }
 
-// isSelfTestProbe reports whether path (below the mount root) is the
-// self-test's probe file.
-func isSelfTestProbe(path string) bool {
-	return strings.HasPrefix(path, selfTestPrefix) && !strings.Contains(path, "/")
+// dropProbes removes probes left in the internal directory by a daemon
+// that died during its self-test.
+func (r *root) dropProbes() {
+	dir := int(r.internal.Fd())
+	fd, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	d := os.NewFile(uintptr(fd), r.internalPath)
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, nm := range names {
+		if !strings.HasPrefix(nm, selfTestPrefix) {
+			continue
+		}
+		if err := unlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			r.log.Warn("could not remove an old self-test probe", zap.String("name", nm), zap.Error(err))
+		}
+	}
 }
+
+// isSelfTestProbe reports whether path (below the mount root) is the
+// probe of the self-test running now.
+func (r *root) isSelfTestProbe(path string) bool {
+	p := r.probe.Load()
+	return p != nil && path == *p
+}
+
+// isProbe reports whether nm in n is the probe of the self-test running
+// now.
+func (n *Node) isProbe(nm string) bool {
+	return n.isRoot() && n.r.isSelfTestProbe(nm)
+}
+
+// probeHidden reports whether nm in n is the probe and the caller is not
+// the daemon's uid: to everyone else its lookup, create and unlink are
+// EACCES (not ENOENT, which the kernel would cache as a negative entry
+// that the daemon's own requests would then meet), and so are mkdir,
+// mknod, symlink, link and rename of the name to every uid: a directory
+// or FIFO made there would make the self-test's open fail or hang.
+func (n *Node) probeHidden(ctx context.Context, nm string) bool {
+	return n.isProbe(nm) && callerUID(ctx) != uint32(os.Geteuid())
+}
+
+// entryDir is the fd of the directory that holds entry nm of n: n's own
+// (writeDir's, when write: a create or remove), or the internal
+// directory for the probe.
+func (n *Node) entryDir(nm string, write bool) (int, error) {
+	switch {
+	case n.isProbe(nm):
+		return int(n.r.internal.Fd()), nil
+	case write:
+		return n.writeDir()
+	}
+	return n.dirFd()
+}
+
+// dirFd is the fd of the directory that holds name o (see entryDir).
+func (o name) dirFd() (int, error) { return o.dir.entryDir(o.name, false) }

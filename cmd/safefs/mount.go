@@ -90,7 +90,7 @@ func serve(backing, mnt string, opts fs.Options, log *zap.Logger, onReady func()
 		return mountError(err)
 	}
 	obs.mounted(srv)
-	status, err := startStatus(backing, srv, log)
+	status, err := listenStatus(srv, log)
 	if err != nil {
 		log.Warn("no status socket: safefs status will not answer", zap.Error(err))
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -20,6 +21,7 @@ import (
 type observers struct {
 	metrics *metrics.Metrics
 	http    *http.Server
+	ln      net.Listener // closed with http, in case Serve had not begun
 	audit   *audit.Writer
 }
 
@@ -35,7 +37,7 @@ func startObservers(c mountConfig, log *zap.Logger) (*observers, error) {
 		o.audit = w
 	}
 	if c.metricsAddr != "" {
-		ln, err := net.Listen("tcp", c.metricsAddr)
+		ln, err := listen(c.metricsAddr)
 		if err != nil {
 			o.close()
 			return nil, failf(exitMetrics, "metrics address: %v", err)
@@ -45,8 +47,8 @@ func startObservers(c mountConfig, log *zap.Logger) (*observers, error) {
 			o.metrics.CounterFunc("safefs_audit_dropped_total", "Audit lines lost because the queue was full.",
 				func() float64 { return float64(o.audit.Dropped()) })
 		}
-		o.http = o.metrics.Serve(ln)
-		log.Info("serving metrics", zap.String("url", "http://"+ln.Addr().String()+"/metrics"))
+		o.http, o.ln = o.metrics.Serve(ln), ln
+		log.Info("serving metrics", zap.String(describeAddr(ln, "/metrics")))
 	}
 	return o, nil
 }
@@ -81,6 +83,7 @@ func (o *observers) reopen() {
 func (o *observers) close() {
 	if o.http != nil {
 		_ = o.http.Close()
+		_ = o.ln.Close() // a unix socket's file goes with it
 	}
 	if o.audit != nil {
 		o.audit.Close()
@@ -108,7 +111,13 @@ func (f fanOut) Recovered(s journal.Summary) {
 	}
 }
 
+// setMetrics checks a metrics=HOST:PORT or unix:PATH value.
 func setMetrics(c *mountConfig, v string) error {
+	if strings.HasPrefix(v, unixPrefix) {
+		p, err := unixAddr(v)
+		c.metricsAddr = p
+		return err
+	}
 	if _, _, err := net.SplitHostPort(v); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ type mountConfig struct {
 	foreground  bool   // the fstab form stays in the foreground
 	metricsAddr string // "": no metrics endpoint
 	auditFile   string // "": no audit trail
-	pprof       string // HOST:PORT serving net/http/pprof; "" for off
+	pprof       string // HOST:PORT or unix:PATH serving net/http/pprof; "" for off
 	kernelLocks bool   // locks=kernel: script locks decided by the kernel
 	// loseOnUnlock: lose_updates_on_unlock, without which locks=kernel
 	// is refused (a script that unlocks before it closes loses updates).
@@ -95,7 +95,7 @@ var mountOptions = []mountOption{
 	{name: "rejected_user_max", value: "SIZE", help: "bytes kept in .safefs/rejected per writing uid",
 		show: func(c mountConfig) string { return sizeName(c.fs.RejectedUserMax, fs.DefaultRejectedUserMax) },
 		set:  func(c *mountConfig, v string) error { return setSize(&c.fs.RejectedUserMax, v) }},
-	{name: "metrics", value: "ADDR", help: "serve Prometheus metrics on http://ADDR/metrics (host:port; off by default)",
+	{name: "metrics", value: "ADDR", help: "serve Prometheus metrics on http://ADDR/metrics (host:port, which every local user can read, or unix:PATH, a socket only root can read; off by default)",
 		show: func(c mountConfig) string { return offIfEmpty(c.metricsAddr) },
 		set:  setMetrics},
 	{name: "audit", value: "FILE", help: "append one JSON line per commit and rejected commit to FILE; SIGHUP reopens it (off by default)",
@@ -151,7 +151,7 @@ var mountOptions = []mountOption{
 	{name: "log_file", value: "PATH", help: "append the log to PATH instead of stderr (or syslog in the background)",
 		show: func(c mountConfig) string { return orNone(c.logFile) },
 		set:  setLogFile},
-	{name: "pprof", value: "HOST:PORT", help: "serve net/http/pprof on this loopback address (profiling); an address in use fails the mount (exit 2)",
+	{name: "pprof", value: "HOST:PORT|unix:PATH", help: "serve net/http/pprof on this loopback address, which every local user can read, or on a socket only root can read (profiling); an address in use fails the mount (exit 2)",
 		show: func(c mountConfig) string { return orNone(c.pprof) },
 		set:  setPprof},
 	{name: "foreground", help: "fstab form (safefs BACKING MOUNTPOINT): stay in the foreground; safefs mount always does",

@@ -5,17 +5,25 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// setPprof checks a pprof=HOST:PORT value. Profiles show file names,
-// stacks and heap contents, so only a loopback address is accepted.
+// setPprof checks a pprof=HOST:PORT or unix:PATH value. Profiles show
+// file names, stacks and heap contents, so only a loopback address is
+// accepted, and every local user can read it there: unix:PATH is root's
+// alone.
 func setPprof(c *mountConfig, v string) error {
+	if strings.HasPrefix(v, unixPrefix) {
+		p, err := unixAddr(v)
+		c.pprof = p
+		return err
+	}
 	host, port, err := net.SplitHostPort(v)
 	if err != nil || port == "" {
-		return errors.New("want HOST:PORT, such as 127.0.0.1:6060")
+		return errors.New("want HOST:PORT, such as 127.0.0.1:6060, or unix:PATH")
 	}
 	ip := net.ParseIP(host)
 	if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
@@ -32,7 +40,7 @@ func startPprof(addr string, log *zap.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr)
 	if err != nil {
 		return nil, failf(exitUsage, "pprof=%s: cannot listen: %v", addr, err)
 	}
@@ -48,6 +56,9 @@ func startPprof(addr string, log *zap.Logger) (stop func(), err error) {
 			log.Warn("pprof server ended", zap.Error(err))
 		}
 	}()
-	log.Info("pprof listening", zap.String("address", ln.Addr().String()))
-	return func() { _ = srv.Close() }, nil
+	log.Info("pprof listening", zap.String(describeAddr(ln, "/debug/pprof/")))
+	return func() {
+		_ = srv.Close()
+		_ = ln.Close() // a unix socket's file goes with it
+	}, nil
 }

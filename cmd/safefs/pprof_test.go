@@ -20,6 +20,7 @@ func TestPprofOptionValues(t *testing.T) {
 		"127.0.0.1:6060": true, "[::1]:6060": true, "localhost:6060": true,
 		"0.0.0.0:6060": false, ":6060": false, "6060": false, "10.1.2.3:6060": false,
 		"example.com:6060": false, "127.0.0.1:": false,
+		"unix:/run/safefs/pprof.sock": true, "unix:pprof.sock": true, "unix:": false, "unix:/run/safefs/": false,
 	} {
 		_, err := parseMountArgs([]string{"-o", "pprof=" + v, "b", "m"})
 		if ok {

@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/fs"
+	"github.com/safefs/safefs/internal/unixsock"
 )
 
 // statusSock is the daemon's status socket, in the internal directory
@@ -29,30 +32,30 @@ func statusSockPath(backing string) string {
 
 // statusServer answers `safefs status` on the socket until closed.
 type statusServer struct {
-	ln   *net.UnixListener
-	path string
+	ln   *unixsock.Listener
 	done chan struct{}
 }
 
-// startStatus listens on BACKING/.safefs/status.sock. A socket left by a
-// daemon that died is replaced: BACKING is ours now (the mount holds it).
-func startStatus(backing string, srv *fs.Server, log *zap.Logger) (*statusServer, error) {
-	p := statusSockPath(backing)
-	if c := srv.Cluster(); c != nil {
-		// Each node its own: they share .safefs.
-		p = filepath.Join(backing, fs.InternalDir, "nodes", c.Config().Node, statusSock)
-	}
-	_ = os.Remove(p)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+// listenStatus starts the status server of srv in its internal
+// directory, reached by the descriptor the daemon checked at mount (in
+// cluster mode the node's own: nodes share .safefs).
+func listenStatus(srv *fs.Server, log *zap.Logger) (*statusServer, error) {
+	dir, err := srv.InternalDir()
 	if err != nil {
 		return nil, err
 	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(p, 0o600); err != nil {
-		ln.Close()
+	defer dir.Close()
+	return startStatus(dir, srv, log)
+}
+
+// startStatus listens on status.sock in dir, 0600. A socket left by a
+// daemon that died is replaced: BACKING is ours now (the mount holds it).
+func startStatus(dir *os.File, srv *fs.Server, log *zap.Logger) (*statusServer, error) {
+	ln, err := unixsock.Listen(dir, statusSock, 0o600)
+	if err != nil {
 		return nil, err
 	}
-	s := &statusServer{ln: ln, path: p, done: make(chan struct{})}
+	s := &statusServer{ln: ln, done: make(chan struct{})}
 	go s.serve(srv, log)
 	return s, nil
 }
@@ -164,10 +167,15 @@ func askStatus(target string) (*fs.Status, error) {
 		backing, mnt = src, abs
 	}
 	p := statusSockPath(backing)
-	st, err := askSocket(p)
+	dir, err := openDaemonDir(unix.AT_FDCWD, filepath.Dir(p), unix.O_PATH)
+	if err != nil {
+		return nil, dialError(target, p, err)
+	}
+	defer dir.Close()
+	st, err := askSocket(dir, p)
 	var de dialErr
 	if errors.As(err, &de) && errors.Is(de.err, syscall.ENOENT) {
-		if st, err, ok := askNodes(target, backing, mnt); ok {
+		if st, err, ok := askNodes(target, dir, mnt); ok {
 			return st, err
 		}
 	}
@@ -175,6 +183,39 @@ func askStatus(target string) (*fs.Status, error) {
 		return nil, dialError(target, p, de.err)
 	}
 	return st, err
+}
+
+// errNotDaemons: a directory on the way to the socket is not the
+// daemon's own; its socket is not asked.
+var errNotDaemons = errors.New("not safefs's own")
+
+// openDaemonDir opens dir/nm without following a symlink, and only if it
+// is the daemon's as the daemon leaves it: root's, and no one else may
+// write it. A writer of BACKING can swap .safefs for a symlink to a
+// directory of its own, whose socket would answer root's status.
+func openDaemonDir(dir int, nm string, flags int) (*os.File, error) {
+	fd, err := unix.Openat(dir, nm, flags|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	var st unix.Stat_t
+	if (errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR)) &&
+		unix.Fstatat(dir, nm, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		err = fmt.Errorf("%w (a symlink)", errNotDaemons)
+	}
+	if err != nil {
+		return nil, err
+	}
+	err = unix.Fstat(fd, &st)
+	switch {
+	case err != nil:
+	case st.Uid != 0:
+		err = fmt.Errorf("%w (owned by uid %d)", errNotDaemons, st.Uid)
+	case st.Mode&0o022 != 0:
+		err = fmt.Errorf("%w (writable by others, mode %04o)", errNotDaemons, st.Mode&0o7777)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), nm), nil
 }
 
 // dialErr: no daemon could be reached on the socket (dialError words it).
@@ -185,11 +226,17 @@ func (e dialErr) Error() string { return e.err.Error() }
 // askNodes asks the cluster daemons of this host that serve backing
 // (each has its socket in .safefs/nodes/NODE/): the one mounted at mnt,
 // or the only one. ok is false when no node answers.
-func askNodes(target, backing, mnt string) (*fs.Status, error, bool) {
-	socks, _ := filepath.Glob(filepath.Join(backing, fs.InternalDir, "nodes", "*", statusSock))
+func askNodes(target string, internal *os.File, mnt string) (*fs.Status, error, bool) {
+	nodes, err := openDaemonDir(int(internal.Fd()), "nodes", unix.O_RDONLY)
+	if err != nil {
+		return nil, nil, false
+	}
+	defer nodes.Close()
+	names, _ := nodes.Readdirnames(-1)
+	sort.Strings(names)
 	var found []*fs.Status
-	for _, p := range socks {
-		st, err := askSocket(p)
+	for _, nm := range names {
+		st, err := askNode(nodes, nm, filepath.Join(internal.Name(), "nodes", nm, statusSock))
 		var de dialErr
 		switch {
 		case errors.As(err, &de):
@@ -215,11 +262,27 @@ func askNodes(target, backing, mnt string) (*fs.Status, error, bool) {
 		target, strings.Join(at, ", ")), true
 }
 
-// askSocket asks the daemon listening on p. Dial errors are returned as
-// they are (dialError words them); the others are final.
-func askSocket(p string) (*fs.Status, error) {
-	c, err := net.DialTimeout("unix", p, 10*time.Second)
+// askNode asks the daemon of node nm, p naming its socket in messages.
+func askNode(nodes *os.File, nm, p string) (*fs.Status, error) {
+	dir, err := openDaemonDir(int(nodes.Fd()), nm, unix.O_PATH)
 	if err != nil {
+		return nil, dialErr{err}
+	}
+	defer dir.Close()
+	return askSocket(dir, p)
+}
+
+// askSocket asks the daemon listening in dir, through dir's descriptor;
+// p names the socket in messages. Dial errors are returned as they are
+// (dialError words them); the others are final.
+func askSocket(dir *os.File, p string) (*fs.Status, error) {
+	at := "/proc/self/fd/" + strconv.Itoa(int(dir.Fd())) + "/" + statusSock
+	c, err := net.DialTimeout("unix", at, 10*time.Second)
+	if err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			err = oe.Err // without the /proc path
+		}
 		return nil, dialErr{err}
 	}
 	defer c.Close()
@@ -243,6 +306,8 @@ func dialError(target, p string, err error) error {
 		return failf(exitStatusDenied, "%s: permission denied (status is for root only)", p)
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
 		return failf(exitNotSafefs, "%s is not a safefs mount or BACKING (no %s)", target, p)
+	case errors.Is(err, errNotDaemons):
+		return failf(exitNotSafefs, "%s: %s is %v: its socket is not asked", target, filepath.Dir(p), err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return failf(exitNotSafefs, "%s: no safefs daemon answers on %s (it exited?)", target, p)
 	}

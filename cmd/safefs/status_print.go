@@ -3,32 +3,36 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/safefs/safefs/fs"
 )
 
-// printStatus writes the human-readable form of a status.
+// printStatus writes the human-readable form of a status. Paths and
+// command lines are www-data's to choose: each goes through shown.
 func printStatus(out io.Writer, st *fs.Status) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if st.Node != "" {
-		fmt.Fprintf(w, "cluster node %s, mounted at %s\n", st.Node, st.Mountpoint)
+		fmt.Fprintf(w, "cluster node %s, mounted at %s\n", shown(st.Node), shown(st.Mountpoint))
 	}
 	fmt.Fprintf(w, "commit locks held: %d\n", len(st.Locks))
 	for _, l := range st.Locks {
-		fmt.Fprintf(w, "  %s\n", l.Path)
-		fmt.Fprintf(w, "    holder\t%s\theld %.1fs\t%s\n", who(l.Holder), l.Holder.For, l.Holder.Cmdline)
+		fmt.Fprintf(w, "  %s\n", shown(l.Path))
+		fmt.Fprintf(w, "    holder\t%s\theld %.1fs\t%s\n", who(l.Holder), l.Holder.For, shown(l.Holder.Cmdline))
 		for i, p := range l.Waiters {
-			fmt.Fprintf(w, "    waiter %d\t%s\twaiting %.1fs\t%s\n", i+1, who(p), p.For, p.Cmdline)
+			fmt.Fprintf(w, "    waiter %d\t%s\twaiting %.1fs\t%s\n", i+1, who(p), p.For, shown(p.Cmdline))
 		}
 	}
 	fmt.Fprintf(w, "open writers: %d\n", len(st.Writers))
 	for _, wr := range st.Writers {
-		fmt.Fprintf(w, "  %s\tpid %d uid %d\tpending %d bytes\t%s\n", wr.Path, wr.PID, wr.UID, wr.PendingBytes, wr.Cmdline)
+		fmt.Fprintf(w, "  %s\tpid %d uid %d\tpending %d bytes\t%s\n", shown(wr.Path), wr.PID, wr.UID, wr.PendingBytes, shown(wr.Cmdline))
 	}
 	fmt.Fprintf(w, "rejected/: %d files\n", len(st.Rejected))
 	for _, k := range st.Rejected {
-		fmt.Fprintf(w, "  %s\t%d bytes\n", k.Name, k.Bytes)
+		fmt.Fprintf(w, "  %s\t%d bytes\n", shown(k.Name), k.Bytes)
 	}
 	c := st.Counters
 	fmt.Fprintf(w, "counters: commits %d, rejected %d, killed %d, dropped %d, too_many_files %d, no_space %d\n",
@@ -36,6 +40,18 @@ func printStatus(out io.Writer, st *fs.Status) {
 	fmt.Fprintf(w, "  rmw: sessions %d, waits %d, cycles %d, gave_up %d\n", c.RMWSessions, c.RMWWaits, c.RMWCycles, c.RMWGaveUp)
 	fmt.Fprintf(w, "  passthrough: opens %d, maps only %d, writers %d (commits of a copy %d)\n", c.Passthrough, c.PassthroughDirect, c.PassthroughWrite, c.PassthroughCopied)
 	_ = w.Flush()
+}
+
+// shown is s as the terminal may get it: as it is when every character
+// is printable and none is a quote or backslash, else Go-quoted
+// ("a\nb", "\x1b[2J"), so that a name cannot end a line, forge one, move
+// the cursor or pass for a quoted one.
+func shown(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsAny(s, `"\`) &&
+		strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 func who(p fs.Party) string {

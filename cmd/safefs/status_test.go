@@ -174,7 +174,10 @@ func TestStatusNonRoot(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(fake) })
 	require.NoError(t, os.Chmod(fake, 0o755))
 	require.NoError(t, os.Mkdir(filepath.Join(fake, fs.InternalDir), 0o755))
-	s, err := startStatus(fake, nil, zap.NewNop()) // no Server: it must not be asked
+	dir, err := os.Open(filepath.Join(fake, fs.InternalDir))
+	require.NoError(t, err)
+	defer dir.Close()
+	s, err := startStatus(dir, nil, zap.NewNop()) // no Server: it must not be asked
 	require.NoError(t, err)
 	defer s.close()
 	require.NoError(t, os.Chmod(statusSockPath(fake), 0o666))

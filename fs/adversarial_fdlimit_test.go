@@ -65,7 +65,7 @@ func advBuildSafefs(t *testing.T) string {
 //   - meanwhile a stat, a listing, a create and the close of a writer
 //     staged before the exhaustion each work or fail with EMFILE/ENFILE;
 //     a create that fails leaves no file behind;
-//   - close() tells the truth (README, promise 12): if it returned 0 the
+//   - close() tells the truth (docs/manual.md, promise 12): if it returned 0 the
 //     new version is in place; if it failed, the previous version stays,
 //     also after the handle's RELEASE (which must not commit what close
 //     reported as failed), the pending bytes are kept in
@@ -240,7 +240,7 @@ func TestAdvDaemonFdExhaustion(t *testing.T) {
 	case c1 == nil && string(b1) != "new1":
 		t.Errorf("close of commit1 returned 0 but the file holds %q, want new1", b1)
 	case c1 != nil && string(b1) != "old1":
-		t.Errorf("close of commit1 failed (%v) but the file holds %q: a failed close must leave the previous version old1 (README, promise 12)", c1, b1)
+		t.Errorf("close of commit1 failed (%v) but the file holds %q: a failed close must leave the previous version old1 (docs/manual.md, promise 12)", c1, b1)
 	}
 
 	for _, f := range open {
@@ -281,7 +281,7 @@ func TestAdvDaemonFdExhaustion(t *testing.T) {
 			t.Errorf("close of commit1 failed (%v), yet after the daemon ended the file holds %q, want old1", c1, b)
 		}
 		if kept := swpHolding(t, filepath.Join(p.Backing, fs.InternalDir, "rejected"), []byte("new1")); len(kept) == 0 {
-			t.Errorf("close of commit1 failed (%v), but its bytes are not kept in .safefs/rejected/ (README, promise 12)", c1)
+			t.Errorf("close of commit1 failed (%v), but its bytes are not kept in .safefs/rejected/ (docs/manual.md, promise 12)", c1)
 		}
 		if !vacLogMentions(logs.String(), "commit1") {
 			t.Errorf("close of commit1 failed (%v), but the daemon logged nothing naming it:\n%s", c1, lastLines(logs.String(), 30))

@@ -174,7 +174,7 @@ func TestAdvCreateOwnerUmask(t *testing.T) {
 		// set: the mount is nosuid, and BACKING lets www-data do the same).
 		// What the daemon must guarantee: the new file is www-data's, never
 		// root's, and it gets the mode the caller asked for (less its
-		// umask), exactly as BACKING gives www-data: README, threat model,
+		// umask), exactly as BACKING gives www-data: docs/threat-model.md,
 		// "New files ... belong to the caller ... with the caller's umask";
 		// "The mount grants exactly what BACKING grants". The oracle is
 		// the same create done by www-data directly in BACKING.
@@ -226,7 +226,7 @@ func TestAdvCreateOwnerUmask(t *testing.T) {
 	// A root file www-data may write (0777) but must not run as root:
 	// set-uid and set-gid (group-executable), or a file capability. When
 	// www-data changes the content, the kernel drops those on any file
-	// system; through the mount each commit kind must too (README, promise
+	// system; through the mount each commit kind must too (docs/manual.md, promise
 	// 11), while the owner, group and the other mode bits carry over. The
 	// oracle for the mode is the same write by www-data directly in
 	// BACKING. Kinds: "replace" (one name, O_WRONLY over the content),

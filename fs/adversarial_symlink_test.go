@@ -298,7 +298,7 @@ func TestAdvSymlinkWriteTarget(t *testing.T) {
 			if lerr != nil || got != filepath.Join(sent, "f") {
 				t.Errorf("BACKING/%s: the symlink was replaced (%q, %v); close said %v", nm, got, lerr, err)
 			}
-			// README, errno table: close() gets ESTALE when the file's name
+			// docs/manual.md, errno table: close() gets ESTALE when the file's name
 			// now leads to another file; the previous version stays (here
 			// under the name it was moved to) and the pending bytes are
 			// kept in .safefs/rejected/.

@@ -10,7 +10,7 @@ import (
 // until its commit writes it to the end of the file with one pwrite: its
 // staging file cost a dozen system calls per append (write it, stat it
 // three times, find its data, read it back, drop it) for a hundred bytes
-// (README, commit speed). So is the content of a file its writer has
+// (docs/design.md, commits). So is the content of a file its writer has
 // just created (newFile): its commit is an append to the empty file.
 // Anything that needs the pending version as a file (a read or stat
 // through the handle, a truncation, a rejected commit) first spills the

@@ -185,7 +185,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 	// removes, so a record would add two writes (and two fsyncs) and
 	// decide nothing. A record that CommitLazy ended must be durable
 	// before this commit changes the file it names (SyncEnds). In a
-	// cluster the record keeps the grant's fencing token (README).
+	// cluster the record keeps the grant's fencing token (docs/design.md).
 	e, err := h.replaceRecord(g)
 	if err != nil {
 		return err

@@ -111,7 +111,7 @@ func TestSeekEndOwnSizeWhileOthersStat(t *testing.T) {
 
 // TestSeekEndShrunkWhileOthersStat: the same with a writer whose version
 // is smaller than the committed one in some rounds. Known limitation
-// (README): another process's stat may then put the committed, larger
+// (docs/threat-model.md): another process's stat may then put the committed, larger
 // size in the kernel's inode, which a map of that version needs, and
 // the writer's SEEK_END gives it. Runs with SAFEFS_TEST_KNOWN_BUGS=1.
 func TestSeekEndShrunkWhileOthersStat(t *testing.T) {

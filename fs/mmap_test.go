@@ -368,7 +368,7 @@ var mmPage = os.Getpagesize()
 // version. The commit is a rewrite without O_TRUNC (`open +<`,
 // truncate, print): an O_TRUNC open cuts the kernel's one size of the
 // inode to 0 before safefs hears of it, and the map faults (SIGBUS)
-// until the next stat (see README, limitations: shared maps).
+// until the next stat (see docs/threat-model.md, limitations: shared maps).
 func TestMmapReaderKeepsVersion(t *testing.T) {
 	v1, v2 := mmVersion('a', 3*mmPage+100), mmVersion('b', mmPage+7)
 	_, path := mmSetup(t, v1)
@@ -442,7 +442,7 @@ func TestMmapNoPendingBytes(t *testing.T) {
 // TestMmapWriterAtomicToReaders: two processes read the file in a loop
 // with read() while a writer commits version after version through a
 // shared map: no read is a mix or a part of versions. (Fresh maps made
-// while the writer's map is open may share its pages: see README,
+// while the writer's map is open may share its pages: see docs/threat-model.md,
 // limitations: shared maps.)
 func TestMmapWriterAtomicToReaders(t *testing.T) {
 	const rounds = 30
@@ -481,7 +481,7 @@ func TestMapWhileTruncatingWriter(t *testing.T) {
 	const size = 80000 // Apache's page in the bench; it maps what it serves
 	m, path := mmSetup(t, mmVersion('a', size))
 	if !m.Opts.VersionCache {
-		t.Skip("cache=direct: a map faults past a truncating writer's size (README, limitations)")
+		t.Skip("cache=direct: a map faults past a truncating writer's size (docs/threat-model.md, limitations)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang only
 	defer cancel()

@@ -35,7 +35,7 @@ type Options struct {
 	// Observer is told of commits, rejections and recovery (metrics,
 	// audit); nil: none.
 	Observer Observer
-	// Read-modify-write sessions (README): RMWAuto learns the files and
+	// Read-modify-write sessions (docs/design.md): RMWAuto learns the files and
 	// programs that take them, RMWGlobs names files for every process;
 	// neither: off. RMWHold is how long a session outlives its holder's
 	// last close without a write; RMWWait the longest wait for one.

@@ -32,7 +32,7 @@ import (
 // open of it gets the same backing: a reader of that very version reads
 // it directly; any other open (a writer, a reader of another version)
 // also gets FOPEN_DIRECT_IO, so its read and write still come to the
-// daemon, but its maps are the backing version's (see README).
+// daemon, but its maps are the backing version's (see docs/threat-model.md).
 // go-fuse's own backing management (FilePassthroughFder) reuses the
 // first backing for every later open and lets non-passthrough releases
 // drop its count; so safefs registers and counts backing files itself,

@@ -100,7 +100,7 @@ func TestPassthroughReaderKeepsVersion(t *testing.T) {
 // kernel fails any other open, EIO), so its shared map is the reader's
 // version, not a pending one of its own. Its mapped writes must still
 // not be seen by others before it closes, nor reach BACKING. They are
-// (known limitation, README): it runs with SAFEFS_TEST_KNOWN_BUGS=1.
+// (known limitation, docs/threat-model.md): it runs with SAFEFS_TEST_KNOWN_BUGS=1.
 func TestPassthroughWriterMapWhileReaderOpen(t *testing.T) {
 	if os.Getenv("SAFEFS_TEST_KNOWN_BUGS") != "1" {
 		t.Skip("known limitation of passthrough=read: a writer's shared map while a reader is passed through " +

@@ -12,7 +12,7 @@ import (
 // stagingPool keeps a few nameless staging files (O_TMPFILE) made ahead
 // by a goroutine, so that a writer's open does not wait for the file
 // system to create one: that create was a third of the daemon's CPU time
-// in a loop of 4 KiB rewrites (README, benchmark). A file taken gets its
+// in a loop of 4 KiB rewrites (docs/benchmarks.md). A file taken gets its
 // name with linkat; one never taken vanishes at close or at a crash,
 // leaving nothing to sweep.
 type stagingPool struct {

@@ -16,7 +16,7 @@ import (
 // request, a goroutine woken by an unlock) waits until the runtime's
 // monitor thread takes a P back from a reader, which it polls for every
 // 20 µs while it keeps finding such Ps: on this VM its wake-ups were a
-// fifth of the daemon's CPU time (README, design section). So once the
+// fifth of the daemon's CPU time (docs/design.md). So once the
 // server exists, and its reader count is fixed, the runtime gets a P for
 // each reader on top of the CPUs. Not when the operator set GOMAXPROCS.
 

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Passthrough for writers (Options.PassthroughWrite, README "Passthrough
-// for writers"). A write-only open that truncates (Perl's `open >`, a
+// Passthrough for writers (Options.PassthroughWrite, docs/design.md "Versions and
+// kernel inodes"). A write-only open that truncates (Perl's `open >`, a
 // shell's `>`, dd) and is alone on its kernel node gets its staging file
 // as the node's backing file: its writes go from the kernel into the
 // staging file, never through the daemon. The commit is a writer's as
@@ -159,7 +159,7 @@ func (h *handle) ptWrote() {
 // h's staging file in: no descriptor of it can write after. The closing
 // process holds no other descriptor of the file (a dup, a shell's fd 1),
 // and none of its descendants does (fork). An orphaned descendant or a
-// descriptor passed over a socket is not seen (README, limitations).
+// descriptor passed over a socket is not seen (docs/threat-model.md, limitations).
 func (h *handle) ptLast(pid uint32) bool {
 	tgid, mnt := h.tgidOf(pid), h.n.r.mountID()
 	if tgid == 0 || mnt == 0 || h.stage == nil {

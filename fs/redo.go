@@ -13,7 +13,7 @@ import (
 // A small durable append (one kept in memory, appendbuf.go) is a redo
 // record: its journal line carries the bytes, and that line's fsync is
 // the commit point; the bytes are then written to the file without an
-// fsync of their own (README, crash consistency). Until a checkpoint
+// fsync of their own (docs/design.md, crash consistency). Until a checkpoint
 // makes them durable in the file (fdatasync) and ends their records,
 // recovery would write them again, so a checkpoint comes before anything
 // that could make that wrong: a commit that replaces, renames or removes

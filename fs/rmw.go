@@ -13,7 +13,7 @@ import (
 	"github.com/safefs/safefs/rmw"
 )
 
-// Read-modify-write sessions (README: "Read-modify-write sessions"). A
+// Read-modify-write sessions (docs/design.md, "Read-modify-write sessions"). A
 // selected file's first open by a process takes a session on it, and
 // other processes' opens wait for it: so an unlocked counter's read and
 // its rewrite are not interleaved with another's. Sessions are kept in a

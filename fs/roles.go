@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Kernel inodes by role (Options.VersionCache, README "Kernel inodes by
-// role"). The kernel keeps one page cache and one size per kernel inode,
+// Kernel inodes by role (Options.VersionCache, docs/design.md, "Versions and kernel
+// inodes"). The kernel keeps one page cache and one size per kernel inode,
 // so a logical file may have several (nodes): a lookup gives the node of
 // the file's current generation (roles.kgen), and the opens decide what
 // that node is:
@@ -305,7 +305,7 @@ func (n *Node) openFlags(ctx context.Context, h *handle, st *unix.Stat_t) uint32
 // ever been asked for on it. Locks taken through the reader after all
 // end at its RELEASE (releaseOFD), its flock waits as if closed
 // (closedHolders); a process's lock taken through another descriptor
-// outlives this one's close (README, limitations).
+// outlives this one's close (docs/threat-model.md, limitations).
 func (h *handle) closeFlags() uint32 {
 	if h.n.f.lockedOnce.Load() {
 		return 0

@@ -8,7 +8,7 @@ import (
 )
 
 // Passthrough for reader nodes (cache=version with passthrough=read,
-// README "Kernel inodes by role"). A reader node serves one version for
+// docs/design.md, "Versions and kernel inodes"). A reader node serves one version for
 // its whole life, so it may be given that version's backing file: its
 // reads and maps go from the kernel to the backing inode's own page
 // cache, never through the daemon. The kernel allows one backing file

@@ -61,7 +61,7 @@ type Record struct {
 	Undo      string `json:"undo,omitempty"`
 	UndoSize  int64  `json:"undo_size,omitempty"`
 	UndoCRC   uint32 `json:"undo_crc,omitempty"`
-	// Data is a small append's bytes (a redo record, README "Crash
+	// Data is a small append's bytes (a redo record, docs/design.md "Crash
 	// consistency"): durable with the record, so the appended bytes
 	// need no fsync of their own and recovery writes them again.
 	Data []byte `json:"data,omitempty"`

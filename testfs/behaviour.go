@@ -1064,7 +1064,7 @@ func caseFlock(t *testing.T, dir string) {
 	require.ErrorIs(t, unix.Flock(int(a.Fd()), unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK)
 	// Closing releases: at once on a local file system; through the
 	// daemon's locks (the default) when the kernel's RELEASE, sent after
-	// close() returned, reaches it (README, script locks: release).
+	// close() returned, reaches it (docs/design.md, locks).
 	bhClose(t, b)
 	bhClose(t, c)
 	var err2 error

@@ -656,7 +656,7 @@ func TestContractShellRedirect(t *testing.T) {
 // database is two files, and DB_File), updated under the script's own
 // flock by 8 processes: the count is exact and every process's own key
 // holds its own count. (GDBM_File and NDBM_File, dbmopen's default on
-// Debian, map the file shared: see the README's limitations.)
+// Debian, map the file shared: see the docs/threat-model.md, limitations.)
 func TestContractDBMCounter(t *testing.T) {
 	const procs, runs = 8, 25
 	m, www, dir := setup(t)

@@ -13,7 +13,7 @@ import (
 // Two more FUSE anchors: go-fuse's example loopback with one mechanism
 // safefs's contract needs, so that a row's gap to the loopback splits
 // into what that mechanism costs any FUSE file system and what safefs
-// adds (README, "What the FUSE anchors with safefs's mechanisms reach").
+// adds (docs/benchmarks.md, targets).
 const (
 	// directTarget serves every open with direct I/O and 1 MiB writes,
 	// as safefs serves writers: their pending bytes must never enter a

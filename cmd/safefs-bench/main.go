@@ -3,7 +3,7 @@
 // each figure with its ratio to the plain directory's.
 //
 //	go run ./cmd/safefs-bench -quick            # smoke run
-//	go run ./cmd/safefs-bench -markdown         # table for the README
+//	go run ./cmd/safefs-bench -markdown         # table for docs/benchmarks.md
 package main
 
 import (

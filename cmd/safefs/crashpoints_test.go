@@ -36,7 +36,7 @@ package main
 //
 // It also checks what crash recovery rests on: before the first change of
 // the target, a journal record was written and fsynced (append, inplace),
-// or the staging file was fsynced (replace: no record, see the README).
+// or the staging file was fsynced (replace: no record, see docs/design.md).
 
 import (
 	"fmt"
@@ -112,7 +112,7 @@ func TestCrashPointsCoverCommitSteps(t *testing.T) {
 		}
 		byKind[kind] = append(byKind[kind], point)
 	}
-	// The README's three commit kinds each need crash points, and so does
+	// The three commit kinds (docs/design.md) each need crash points, and so does
 	// an append's redo form.
 	assert.ElementsMatch(t, []string{"replace", "inplace", "append", "redo"}, kinds, "commit kinds with crash points")
 	for _, kind := range kinds {
@@ -136,7 +136,7 @@ func cptCheckKind(t *testing.T, kind string, points []string) {
 	require.Contains(t, roles, "target", "no change of the target in the %s commit's trace: the trace is broken", kind)
 	if kind == "replace" {
 		// Its rename is the commit point, and a staging file left by a
-		// crash is an orphan: no record (README, crash consistency).
+		// crash is an orphan: no record (docs/design.md, crash consistency).
 		assert.NotContains(t, roles, "journal", "a replace commit wrote the journal")
 		cptStagingSyncedFirst(t, plain)
 	} else {

@@ -192,8 +192,7 @@ func seqWrite(e *env) (float64, error) {
 // backing directory, untimed, so that the timed write lands in memory
 // just freed whatever the target: on this VM, writing into memory the
 // guest has not used lately runs at about 0.5 GB/s, into memory just
-// freed at about 8 GB/s (docs/benchmarks.md; measured with the build of 16:00
-// UTC"), and without this the row measured which target got freed memory.
+// freed at about 8 GB/s, and without this the row measured which target got freed memory.
 func warmMemory(e *env) error {
 	p := filepath.Join(e.raw, "scratch")
 	if err := writeSeq(e.ctx, p, 2*e.cfg.seqSize); err != nil {

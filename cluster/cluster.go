@@ -21,15 +21,17 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+
+	"github.com/safefs/safefs/lockmgr"
 )
 
 var (
-	// ErrUnavailable: etcd could not be reached in time. Commits fail
-	// with ENOLCK rather than fall back to local locks.
-	ErrUnavailable = errors.New("cluster: etcd unreachable")
+	// ErrUnavailable: etcd could not be reached in time (lockmgr's, so
+	// that fs tells it without importing etcd).
+	ErrUnavailable = lockmgr.ErrUnavailable
 	// ErrFenced: the daemon's lease expired (or has too little time
-	// left) before a commit published: it must not publish (ESTALE).
-	ErrFenced = errors.New("cluster: lease lost before publishing")
+	// left) before a commit published.
+	ErrFenced = lockmgr.ErrFenced
 	// ErrRefused: etcd answered but refused this daemon: wrong user or
 	// password, no user where etcd wants one, or no permission on the
 	// cluster's keys. Retrying does not help.
@@ -182,6 +184,14 @@ func (c *Conn) Prefix() string { return "/safefs/" + c.cfg.Name + "/" }
 
 // Config is what the daemon connected with.
 func (c *Conn) Config() Config { return c.cfg }
+
+// Name, Node and LeaseTTL are the cluster's name, this daemon's node
+// name and its lease's TTL (fs.Cluster).
+func (c *Conn) Name() string { return c.cfg.Name }
+
+func (c *Conn) Node() string { return c.cfg.Node }
+
+func (c *Conn) LeaseTTL() time.Duration { return c.cfg.LeaseTTL }
 
 // Session is the current session; it may have expired (Done closed):
 // a new one is made at the next commit that finds it so.

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/safefs/safefs/cluster"
 	"github.com/safefs/safefs/lockmgr"
 )
 
@@ -109,9 +108,9 @@ func (n *Node) adopt(g lockmgr.Held) bool {
 // a lease lost before publishing is ESTALE, etcd unreachable ENOLCK.
 func clusterErrno(err error) (error, bool) {
 	switch {
-	case errors.Is(err, cluster.ErrFenced):
+	case errors.Is(err, lockmgr.ErrFenced):
 		return syscall.ESTALE, true
-	case errors.Is(err, cluster.ErrUnavailable):
+	case errors.Is(err, lockmgr.ErrUnavailable):
 		return syscall.ENOLCK, true
 	}
 	return err, false
@@ -144,12 +143,4 @@ func (r *root) attrTimeout(f *file, ver uint64) time.Duration {
 		return 0
 	}
 	return f.attrTimeout(ver)
-}
-
-// Cluster is the mount's cluster connection (nil: not clustered).
-func (s *Server) Cluster() *cluster.Conn {
-	if s == nil {
-		return nil
-	}
-	return s.r.opts.Cluster
 }

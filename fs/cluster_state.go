@@ -35,7 +35,7 @@ var ErrCluster = errors.New("backing directory is served by safefs daemons of an
 // then makes the node's own directory the internal directory and takes
 // its lock (one daemon per node name).
 func (r *root) joinCluster() (func(), error) {
-	name := r.opts.Cluster.Config().Name
+	name := r.opts.Cluster.Name()
 	lf, err := r.joinLock(name)
 	if err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (r *root) hasNodes() bool {
 
 // enterNode makes .safefs/nodes/NODE the internal directory.
 func (r *root) enterNode() (func(), error) {
-	node := r.opts.Cluster.Config().Node
+	node := r.opts.Cluster.Node()
 	if checkName(node) != nil {
 		return nil, fmt.Errorf("bad node name %q", node)
 	}
@@ -188,7 +188,7 @@ type clusterTargets struct {
 
 func (t *clusterTargets) OpenTarget(rel string) (*os.File, error) {
 	// The dead daemon's keys live until its lease's TTL ends.
-	ttl := t.r.opts.Cluster.Config().LeaseTTL
+	ttl := t.r.opts.Cluster.LeaseTTL()
 	ctx, cancel := context.WithTimeout(context.Background(), t.r.opts.LockTimeout+ttl)
 	defer cancel()
 	t.mu.Lock()

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/safefs/safefs/cluster"
+	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/scriptlock"
 )
 
@@ -320,7 +320,7 @@ func (h *handle) scriptLocksLive(lease int64) error {
 	}
 	for _, pid := range []uint32{h.tgid, tgidOf(h.closer)} {
 		if pid != 0 && h.n.r.book.lostBy(pid, lease) {
-			return fmt.Errorf("%w: process %d holds a script lock that ended with an earlier lease", cluster.ErrFenced, pid)
+			return fmt.Errorf("%w: process %d holds a script lock that ended with an earlier lease", lockmgr.ErrFenced, pid)
 		}
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/safefs/safefs/cluster"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -171,9 +170,9 @@ func rejectReason(err error) string {
 	switch {
 	case errors.Is(err, lockmgr.ErrTooManyWaiters):
 		return ReasonQueueFull
-	case errors.Is(err, cluster.ErrFenced):
+	case errors.Is(err, lockmgr.ErrFenced):
 		return ReasonFenced
-	case errors.Is(err, cluster.ErrUnavailable):
+	case errors.Is(err, lockmgr.ErrUnavailable):
 		return ReasonCluster
 	case errors.Is(err, lockmgr.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return ReasonLockTimeout

@@ -1,11 +1,12 @@
 package fs
 
 import (
+	"context"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/safefs/safefs/cluster"
+	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/scriptlock"
 )
 
@@ -47,8 +48,9 @@ type Options struct {
 	// opens that need them (O_TMPFILE); 0: each open creates its own.
 	StagingPool int
 	// Cluster: commit locks through etcd, shared with the other daemons
-	// of the cluster (nil: not clustered). Set up by cmd/safefs.
-	Cluster *cluster.Conn
+	// of the cluster (nil: not clustered). Set up by cmd/safefs
+	// (a *cluster.Conn).
+	Cluster Cluster
 	// ScriptLocks decides flock and fcntl locks taken through the mount
 	// (several hosts: etcd); nil: the daemon's own table (Memory),
 	// unless KernelLocks.
@@ -90,4 +92,19 @@ func DefaultOptions() Options {
 		Passthrough:  true,
 		AbsentCache:  true,
 	}
+}
+
+// Cluster is what several daemons serving one BACKING share (package
+// cluster, through etcd): commit locks, and the versions each daemon
+// publishes. fs knows it only by this interface, so its build does not
+// pull in etcd.
+type Cluster interface {
+	// Locks wraps the in-process manager m with the cluster's locks.
+	Locks(m *lockmgr.Manager) lockmgr.Backend
+	// Published is what the last commit of path below BACKING
+	// published: inode numbers, the new one first.
+	Published(ctx context.Context, path string) (string, error)
+	Name() string            // the cluster's name
+	Node() string            // this daemon's name in it
+	LeaseTTL() time.Duration // how long its locks outlive it
 }

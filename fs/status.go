@@ -75,7 +75,7 @@ func (s *Server) Status() Status {
 	st := Status{Mountpoint: r.mountpoint, Counters: r.count.snapshot(), Locks: []LockStatus{}, Writers: r.writers(),
 		Rejected: r.keptList()}
 	if c := r.opts.Cluster; c != nil {
-		st.Node = c.Config().Node
+		st.Node = c.Node()
 	}
 	byIno := map[uint64]*file{}
 	for _, f := range r.ids.all() {

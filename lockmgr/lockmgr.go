@@ -28,6 +28,12 @@ var (
 	ErrTooManyWaiters = errors.New("too many waiters for this lock")
 	// ErrLost means the grant was released or one of its keys was broken.
 	ErrLost = errors.New("lock grant lost")
+	// ErrUnavailable: a shared backend (etcd) could not be reached in
+	// time. Commits fail with ENOLCK rather than fall back to local locks.
+	ErrUnavailable = errors.New("cluster: etcd unreachable")
+	// ErrFenced: a shared backend's lease expired (or has too little
+	// time left) before a commit published: it must not publish (ESTALE).
+	ErrFenced = errors.New("cluster: lease lost before publishing")
 )
 
 // errWaitDone is internal: the wait context ended. Lock maps it to

@@ -61,13 +61,16 @@ func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 	}
 	defer obs.close()
 	opts.Observer = obs.observer()
-	if opts.Cluster, err = a.cfg.cluster.connect(log); err != nil {
+	conn, err := a.cfg.cluster.connect(log)
+	if err != nil {
 		return err
 	}
-	if opts.Cluster != nil {
-		defer opts.Cluster.Close() // after the unmount: its locks go with the lease
+	if conn != nil {
+		// A nil *cluster.Conn in the interface would not be nil.
+		opts.Cluster = conn
+		defer conn.Close() // after the unmount: its locks go with the lease
 	}
-	stopLocks := startScriptLocks(opts.Cluster, &opts, log)
+	stopLocks := startScriptLocks(conn, &opts, log)
 	defer stopLocks()
 	return serve(backing, mnt, opts, log, onReady, obs)
 }

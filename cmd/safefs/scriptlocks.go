@@ -8,7 +8,7 @@ import (
 
 	"github.com/safefs/safefs/cluster"
 	"github.com/safefs/safefs/fs"
-	"github.com/safefs/safefs/scriptlock"
+	"github.com/safefs/safefs/scriptlock/etcdlock"
 )
 
 // startScriptLocks makes flock and fcntl locks taken through the mount
@@ -22,7 +22,7 @@ func startScriptLocks(conn *cluster.Conn, opts *fs.Options, log *zap.Logger) (st
 		return func() {} // fs.Mount gives the daemon its own table, unless KernelLocks
 	}
 	sess := conn.Session()
-	table := scriptlock.NewEtcd(conn.Client(), conn.Prefix(), sess.Lease(), conn.Config().Node)
+	table := etcdlock.NewEtcd(conn.Client(), conn.Prefix(), sess.Lease(), conn.Config().Node)
 	opts.ScriptLocks = table
 	done := make(chan struct{})
 	go renewLease(conn, table, done, log)
@@ -33,7 +33,7 @@ func startScriptLocks(conn *cluster.Conn, opts *fs.Options, log *zap.Logger) (st
 // (etcd let it expire: unreachable or paused past lease_ttl). The locks
 // the old lease carried are gone; lock requests fail with ENOLCK until
 // then.
-func renewLease(conn *cluster.Conn, table *scriptlock.Table, done chan struct{}, log *zap.Logger) {
+func renewLease(conn *cluster.Conn, table *etcdlock.Table, done chan struct{}, log *zap.Logger) {
 	for {
 		select {
 		case <-done:

@@ -1,9 +1,10 @@
-package scriptlock
+package etcdlock
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/safefs/safefs/scriptlock"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,7 @@ type Table struct {
 	prefix  string
 	lease   atomic.Int64 // clientv3.LeaseID
 	node    string
-	timeout time.Duration // one read or write; beyond: ErrUnavailable
+	timeout time.Duration // one read or write; beyond: scriptlock.ErrUnavailable
 	recheck time.Duration // a wait reads the table again at least this often
 }
 
@@ -39,17 +40,17 @@ func (t *Table) SetLease(lease clientv3.LeaseID) { t.lease.Store(int64(lease)) }
 // Lease is the lease locks taken now carry.
 func (t *Table) Lease() int64 { return t.lease.Load() }
 
-var _ Locker = (*Table)(nil)
+var _ scriptlock.Locker = (*Table)(nil)
 
 // entry is one owner's locks on one file, as stored.
 type entry struct {
-	Pid    uint32  `json:"pid"`
-	Ranges []Range `json:"ranges"`
+	Pid    uint32             `json:"pid"`
+	Ranges []scriptlock.Range `json:"ranges"`
 }
 
 func (t *Table) fileKey(path string) string { return t.prefix + "locks/" + path + "\x00" }
 
-func ownerPart(r Request) string {
+func ownerPart(r scriptlock.Request) string {
 	kind := "p"
 	if r.Flock {
 		kind = "f"
@@ -57,23 +58,23 @@ func ownerPart(r Request) string {
 	return fmt.Sprintf("%s%016x", kind, r.Owner)
 }
 
-func (t *Table) ownKey(r Request) string {
+func (t *Table) ownKey(r scriptlock.Request) string {
 	return t.fileKey(r.Key) + t.node + "\x00" + ownerPart(r)
 }
 
 // file is what the table holds for one file, read at rev.
 type file struct {
 	rev    int64
-	own    []Range
-	others []Held
+	own    []scriptlock.Range
+	others []scriptlock.Held
 }
 
-func (t *Table) read(r Request) (file, error) {
+func (t *Table) read(r scriptlock.Request) (file, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 	defer cancel()
 	resp, err := t.cli.Get(ctx, t.fileKey(r.Key), clientv3.WithPrefix())
 	if err != nil {
-		return file{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return file{}, fmt.Errorf("%w: %v", scriptlock.ErrUnavailable, err)
 	}
 	f := file{rev: resp.Header.Revision}
 	own, kind := t.ownKey(r), ownerPart(r)[:1]
@@ -81,7 +82,7 @@ func (t *Table) read(r Request) (file, error) {
 		k := string(kv.Key)
 		var e entry
 		if err := json.Unmarshal(kv.Value, &e); err != nil {
-			return file{}, fmt.Errorf("%w: key %q: %v", ErrUnavailable, k, err)
+			return file{}, fmt.Errorf("%w: key %q: %v", scriptlock.ErrUnavailable, k, err)
 		}
 		switch {
 		case k == own:
@@ -92,7 +93,7 @@ func (t *Table) read(r Request) (file, error) {
 				pid = 0
 			}
 			for _, rg := range e.Ranges {
-				f.others = append(f.others, Held{Pid: pid, Range: rg})
+				f.others = append(f.others, scriptlock.Held{Pid: pid, Range: rg})
 			}
 		}
 	}
@@ -105,20 +106,20 @@ func (t *Table) sameKind(key, kind string) bool {
 	return i >= 0 && strings.HasPrefix(key[i+1:], kind)
 }
 
-func (f file) conflict(req Range) (Held, bool) {
+func (f file) conflict(req scriptlock.Range) (scriptlock.Held, bool) {
 	for _, o := range f.others {
 		if o.Conflicts(req) {
 			return o, true
 		}
 	}
-	return Held{}, false
+	return scriptlock.Held{}, false
 }
 
 // Get returns a lock of another owner that conflicts with r.
-func (t *Table) Get(ctx context.Context, r Request) (Held, bool, error) {
+func (t *Table) Get(ctx context.Context, r scriptlock.Request) (scriptlock.Held, bool, error) {
 	f, err := t.read(r)
 	if err != nil {
-		return Held{}, false, err
+		return scriptlock.Held{}, false, err
 	}
 	h, ok := f.conflict(r.Range)
 	return h, ok, nil
@@ -127,16 +128,16 @@ func (t *Table) Get(ctx context.Context, r Request) (Held, bool, error) {
 // Set applies r: see Locker. A write is made only if no key of the file
 // changed since it was read (a lock released meanwhile changes nothing
 // for the decision), else it is decided again.
-func (t *Table) Set(ctx context.Context, r Request, wait bool) (bool, error) {
+func (t *Table) Set(ctx context.Context, r scriptlock.Request, wait bool) (bool, error) {
 	for {
 		f, err := t.read(r)
 		if err != nil {
 			return false, err
 		}
-		if r.Type != Unlock {
+		if r.Type != scriptlock.Unlock {
 			if _, ok := f.conflict(r.Range); ok {
 				if !wait {
-					return len(f.own) > 0, ErrConflict
+					return len(f.own) > 0, scriptlock.ErrConflict
 				}
 				if err := t.waitChange(ctx, r.Key, f.rev); err != nil {
 					return len(f.own) > 0, err
@@ -144,7 +145,7 @@ func (t *Table) Set(ctx context.Context, r Request, wait bool) (bool, error) {
 				continue
 			}
 		}
-		next := Apply(f.own, r.Range)
+		next := scriptlock.Apply(f.own, r.Range)
 		ok, err := t.write(r, next, f.rev)
 		if err != nil {
 			return len(f.own) > 0, err
@@ -155,7 +156,7 @@ func (t *Table) Set(ctx context.Context, r Request, wait bool) (bool, error) {
 	}
 }
 
-func (t *Table) write(r Request, next []Range, rev int64) (bool, error) {
+func (t *Table) write(r scriptlock.Request, next []scriptlock.Range, rev int64) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 	defer cancel()
 	unchanged := clientv3.Compare(clientv3.ModRevision(t.fileKey(r.Key)).WithPrefix(), "<", rev+1)
@@ -169,7 +170,7 @@ func (t *Table) write(r Request, next []Range, rev int64) (bool, error) {
 	}
 	resp, err := t.cli.Txn(ctx).If(unchanged).Then(op).Commit()
 	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return false, fmt.Errorf("%w: %v", scriptlock.ErrUnavailable, err)
 	}
 	return resp.Succeeded, nil
 }

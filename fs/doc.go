@@ -1,0 +1,55 @@
+// Package fs is the safefs FUSE file system: a backing directory served
+// so that every write becomes atomic and serialized. Mount serves it;
+// everything else in this package answers the kernel's requests.
+//
+// # Objects
+//
+//   - root (root.go) is one mount: the backing directory's descriptor,
+//     the internal directory BACKING/.safefs, the tables below, the
+//     commit lock manager, the journal and the script-lock book.
+//   - file (file.go) is a logical file: what a path names across
+//     commits. It keeps one inode number for its whole life, while each
+//     commit gives it a new backing inode, its committed version
+//     (file.key). ids (ids.go) maps backing inodes to logical files; a
+//     file with open handles holds its version open (pin.go), so a
+//     reused backing number is never taken for it.
+//   - Node (node*.go) is a kernel inode of a logical file, go-fuse's
+//     InodeEmbedder. With Options.VersionCache a file may have several,
+//     each with a role: a reader node serves one version from the page
+//     cache for its whole life, a direct node serves writers and readers
+//     of other versions with direct I/O (roles*.go).
+//   - handle (handle.go) is one open file. A reader reads the version it
+//     opened (base). A writer reads the latest committed version until
+//     its first write, then works on a private pending version: a
+//     staging file (stage), or bytes in memory for small appends and a
+//     new file's first content (buf, appendbuf.go).
+//
+// # Requests
+//
+// Lookups and directory operations are Node methods (node.go,
+// node_dir.go); Open and Create are in node_open.go; Read, Write, Flush,
+// Fsync and Release are handle methods (handle.go). A commit (commit.go)
+// runs in Flush (close), Fsync, at the release of a script lock
+// (unlock.go), and in Release when nothing else committed. It takes the
+// file's commit lock, checks under it that a name still leads to the
+// committed version, and publishes the pending version as one of:
+//
+//   - replace: the staging file renamed over the name (one link);
+//   - append: the pending bytes written at the end of the file in place,
+//     after a journal record, without copying the file;
+//   - in place: a hard-linked file rewritten after its old bytes were
+//     saved to undo/ (the links stay one file).
+//
+// Script locks (flock, fcntl, OFD) are decided in the daemon (locks.go)
+// by a scriptlock.Locker, keyed by the logical file, or by path across
+// hosts. Releasing one publishes the releasing process's pending writes
+// first; a grant moves a daemon-served reader to the latest version.
+//
+// Every backing call goes through backing.go: *at calls on directory
+// descriptors with one validated name, openat2 beneath BACKING without
+// symlinks. Requests act on a descriptor checked to be the caller's
+// file (self.go), never on a name. errno is made in one place (errno.go).
+//
+// docs/design.md explains each choice; docs/threat-model.md what it
+// defends against.
+package fs

@@ -110,8 +110,18 @@ func (n *Node) locate(g grant) (v named, err error) {
 }
 
 // reopen opens the located version itself (not its name) for writing.
+// The file's lock is held: another process's lease on it is errLeased at
+// once, never waited for (lease.go). Tests that need a commit held under
+// its lock set SAFEFS_TEST_LEASE_WAIT: a lease they take is then waited
+// for that long (a goroutine sleeping, no thread blocked).
 func (v named) reopen(flags int) (*os.File, error) {
-	fd, err := unix.Open(procPath(v.fd), flags|unix.O_CLOEXEC, 0)
+	fd, err := reopenFd(v.fd, flags)
+	if errors.Is(err, errLeased) && v.in.r.testLeaseWait > 0 {
+		w := leaseWaiter{limit: v.in.r.testLeaseWait}
+		for errors.Is(err, errLeased) && w.again(context.Background()) {
+			fd, err = reopenFd(v.fd, flags)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -158,7 +158,7 @@ func (f *file) openGhost(flags int) (*os.File, error) {
 	if f.ghost < 0 {
 		return nil, syscall.ENOENT
 	}
-	fd, err := unix.Open(procPath(f.ghost), flags|unix.O_CLOEXEC, 0)
+	fd, err := reopenFd(f.ghost, flags)
 	if err != nil {
 		return nil, err
 	}

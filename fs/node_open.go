@@ -83,7 +83,7 @@ func openRegularStat(dir int, nm string, flags int) (*os.File, unix.Stat_t, erro
 	default:
 		return nil, st, syscall.ENXIO
 	}
-	rfd, err := unix.Open(procPath(fd), flags|unix.O_CLOEXEC, 0)
+	rfd, err := reopenFd(fd, flags)
 	if err != nil {
 		return nil, st, err
 	}
@@ -166,6 +166,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, n.errno(err)
 	}
 	h, st, err := n.open(ctx, flags) // st: the version opened, if known
+	for w := (leaseWaiter{}); errors.Is(err, errLeased) && w.again(ctx); {
+		// Another process's lease is in the way (lease.go): waited for
+		// here, where no lock is held (a read-modify-write session is
+		// the caller's own, and outlives a failed open anyway).
+		h, st, err = n.open(ctx, flags)
+	}
 	mixes := false
 	if err == nil {
 		st, mixes = n.readerMixes(h, st, retry)
@@ -184,6 +190,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		if errors.Is(err, syscall.ESTALE) {
 			n.r.refused.note(tid)
 		}
+		n.r.leaseRefused(ctx, "open", n.path(), n.r.ids.current(n.f), err)
 		return nil, 0, n.errno(err)
 	}
 	if n.ptWriter(ctx, h, flags) {
@@ -236,13 +243,26 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
-	n.r.refused.take(callerTid(ctx)) // a refused open's retry may come as a create
+	tid := callerTid(ctx)
+	retry := n.r.refused.take(tid) // a refused open's retry may come as a create
 	if err := n.r.takeFile(ctx); err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
 	in, h, err := n.create(ctx, dir, nm, flags, mode, out)
 	if err != nil {
 		n.r.files.give(callerUID(ctx))
+		if errors.Is(err, errLeased) && !retry {
+			// An existing file another process holds a lease on. The
+			// kernel holds the directory's lock around CREATE: ESTALE
+			// makes it look the name up again, find the file, and send
+			// an OPEN without that lock, which waits for the lease.
+			n.r.refused.note(tid)
+			return nil, nil, 0, syscall.ESTALE
+		}
+		if errors.Is(err, errLeased) {
+			st, _ := statAt(dir, nm)
+			n.r.leaseRefused(ctx, "create", n.childPath(nm), keyOf(&st), err)
+		}
 		return nil, nil, 0, n.errno(err)
 	}
 	// A handle with nothing pending is settled at open (newHandle): the

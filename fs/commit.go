@@ -86,10 +86,10 @@ var errUnlinked = errors.New("file has no name")
 // progress, so findNamed sees no other). A name that now leads elsewhere
 // was changed directly in BACKING: committing there would put the
 // writer's bytes in another file, so that is ESTALE; so is a directory
-// moved out of BACKING. The caller closes v.fd.
+// moved out of BACKING. The caller releases v (v.release).
 func (n *Node) locate(g grant) (v named, err error) {
 	if len(n.f.nameList()) == 0 {
-		return v, errUnlinked
+		return noName, errUnlinked
 	}
 	v, err = n.findNamed()
 	if errors.Is(err, syscall.ENOENT) && n.adopt(g) {
@@ -97,15 +97,16 @@ func (n *Node) locate(g grant) (v named, err error) {
 	}
 	if errors.Is(err, syscall.ENOENT) {
 		// Its names lead to other files: changed outside the mount.
-		return v, syscall.ESTALE
+		return noName, syscall.ESTALE
 	}
 	if err != nil {
-		return v, err
+		return noName, err
 	}
 	if _, err := v.in.writeDir(); err != nil {
-		unix.Close(v.fd)
-		return v, err
+		v.release()
+		return noName, err
 	}
+	v.in.dropDir()
 	return v, nil
 }
 
@@ -169,7 +170,7 @@ func (h *handle) commitWhole(g grant) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(v.fd)
+	defer v.release()
 	if v.st.Nlink > 1 {
 		h.obsKind(KindInPlace)
 		return h.commitInPlace(g, v)
@@ -376,7 +377,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer closeFd(v.fd)
+	defer v.release()
 	target, st, onBase, err := h.appendTarget(v)
 	if err != nil {
 		return false, err
@@ -468,8 +469,9 @@ func (h *handle) locateBase(g grant) (named, error) {
 		return h.n.locate(g)
 	}
 	if _, err := v.in.writeDir(); err != nil {
-		return named{fd: -1}, err
+		return noName, err
 	}
+	v.in.dropDir()
 	v.st = bs
 	return v, nil
 }

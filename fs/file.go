@@ -264,10 +264,10 @@ func (f *file) named(dir *Node, nm string, k key) bool {
 
 // leadsTo reports whether the name still names backing inode k.
 func (o name) leadsTo(k key) bool {
-	fd, err := o.dir.dirFd()
-	if err != nil {
-		return false
-	}
-	st, err := statAt(fd, o.name)
+	var st unix.Stat_t
+	err := o.dir.withDir(func(fd int) (err error) {
+		st, err = statAt(fd, o.name)
+		return err
+	})
 	return err == nil && keyOf(&st) == k
 }

@@ -26,6 +26,7 @@ func (n *Node) newEntry(ctx context.Context, nm string, out *fuse.EntryOut, make
 	if err != nil {
 		return nil, n.errno(err)
 	}
+	defer n.dropDir()
 	if err := make(dir); err != nil {
 		return nil, n.errno(err)
 	}
@@ -87,6 +88,7 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 	if err != nil {
 		return nil, n.errno(err)
 	}
+	defer n.dropDir()
 	if len(t.f.nameList()) == 0 {
 		err = n.linkPrivate(t, dir, nm) // an O_TMPFILE file
 	} else {
@@ -156,6 +158,7 @@ func (n *Node) remove(nm string, flags int) syscall.Errno {
 	if err != nil {
 		return n.errno(err)
 	}
+	defer n.dropDir()
 	ghost := k.pathFd(dir, nm)
 	if err := unlinkAt(dir, nm, flags); err != nil {
 		closeFd(ghost)
@@ -216,10 +219,12 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 	if err != nil {
 		return n.errno(err)
 	}
+	defer n.dropDir()
 	ndir, err := np.writeDir()
 	if err != nil {
 		return n.errno(err)
 	}
+	defer np.dropDir()
 	ghost := -1
 	if dst != src && flags&unix.RENAME_EXCHANGE == 0 {
 		ghost = dst.pathFd(ndir, newName)
@@ -243,11 +248,12 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 }
 
 func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	dir, err := n.dirFd()
+	dir, err := n.holdDir()
 	if err != nil {
 		return nil, n.errno(err)
 	}
 	fd, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	n.dropDir()
 	if err != nil {
 		return nil, n.errno(err)
 	}

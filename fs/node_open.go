@@ -35,11 +35,12 @@ func (n *Node) openNamed(flags int) (*os.File, error) {
 	}
 	err := error(syscall.ESTALE)
 	for _, o := range names {
-		dir, derr := o.dir.dirFd()
+		dir, derr := o.dir.holdDir()
 		if derr != nil {
 			continue
 		}
 		fd, st, oerr := openRegularStat(dir, o.name, flags)
+		o.dir.dropDir()
 		if oerr != nil {
 			if !errors.Is(oerr, syscall.ENOENT) {
 				err = oerr
@@ -243,6 +244,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
+	defer n.dropDir()
 	tid := callerTid(ctx)
 	retry := n.r.refused.take(tid) // a refused open's retry may come as a create
 	if err := n.r.takeFile(ctx); err != nil {

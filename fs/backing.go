@@ -172,6 +172,39 @@ func linkFd(fd int, newdir int, newname string) error {
 	return unix.Linkat(unix.AT_FDCWD, procPath(fd), newdir, newname, unix.AT_SYMLINK_FOLLOW)
 }
 
+// reopenFd opens the file that fd (an O_PATH fd of a regular file)
+// names, with flags: every open of a backing regular file goes through
+// here. It never waits for another process's lease (lease.go): the open
+// is O_NONBLOCK, and one that a lease holds back is errLeased at once.
+// O_NONBLOCK changes nothing else for a regular file on Linux (reads and
+// writes of one never wait for it, with or without the flag), so no code
+// depends on it; it is cleared all the same, so that the descriptor is
+// exactly what a plain open gives (os.NewFile would otherwise offer a
+// non-blocking one to the poller, a wasted epoll_ctl).
+func reopenFd(fd int, flags int) (int, error) {
+	for {
+		rfd, err := unix.Open(procPath(fd), flags|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		switch err {
+		case nil:
+		case unix.EINTR:
+			continue
+		case unix.EWOULDBLOCK:
+			return -1, errLeased
+		default:
+			return -1, err
+		}
+		if flags&unix.O_NONBLOCK == 0 {
+			// F_SETFL sets only the status flags open took (O_APPEND,
+			// O_DIRECT, O_NOATIME...): those of flags, without O_NONBLOCK.
+			if _, err := unix.FcntlInt(uintptr(rfd), unix.F_SETFL, flags); err != nil {
+				unix.Close(rfd)
+				return -1, err
+			}
+		}
+		return rfd, nil
+	}
+}
+
 // procPath names an O_PATH fd so that calls without an fd variant
 // (chmod, utimens, xattrs) act on exactly that inode.
 func procPath(fd int) string {

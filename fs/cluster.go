@@ -85,11 +85,11 @@ func (n *Node) adopt(g lockmgr.Held) bool {
 		return false
 	}
 	for _, o := range n.f.nameList() {
-		dir, err := o.dirFd()
-		if err != nil {
-			continue
-		}
-		st, err := statAt(dir, o.name)
+		var st unix.Stat_t
+		err := o.withDir(func(dir int) (err error) {
+			st, err = statAt(dir, o.name)
+			return err
+		})
 		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 			continue
 		}

@@ -86,10 +86,10 @@ var errUnlinked = errors.New("file has no name")
 // progress, so findNamed sees no other). A name that now leads elsewhere
 // was changed directly in BACKING: committing there would put the
 // writer's bytes in another file, so that is ESTALE; so is a directory
-// moved out of BACKING. The caller closes v.fd.
+// moved out of BACKING. The caller releases v (v.release).
 func (n *Node) locate(g grant) (v named, err error) {
 	if len(n.f.nameList()) == 0 {
-		return v, errUnlinked
+		return noName, errUnlinked
 	}
 	v, err = n.findNamed()
 	if errors.Is(err, syscall.ENOENT) && n.adopt(g) {
@@ -97,21 +97,32 @@ func (n *Node) locate(g grant) (v named, err error) {
 	}
 	if errors.Is(err, syscall.ENOENT) {
 		// Its names lead to other files: changed outside the mount.
-		return v, syscall.ESTALE
+		return noName, syscall.ESTALE
 	}
 	if err != nil {
-		return v, err
+		return noName, err
 	}
 	if _, err := v.in.writeDir(); err != nil {
-		unix.Close(v.fd)
-		return v, err
+		v.release()
+		return noName, err
 	}
+	v.in.dropDir()
 	return v, nil
 }
 
 // reopen opens the located version itself (not its name) for writing.
+// The file's lock is held: another process's lease on it is errLeased at
+// once, never waited for (lease.go). Tests that need a commit held under
+// its lock set SAFEFS_TEST_LEASE_WAIT: a lease they take is then waited
+// for that long (a goroutine sleeping, no thread blocked).
 func (v named) reopen(flags int) (*os.File, error) {
-	fd, err := unix.Open(procPath(v.fd), flags|unix.O_CLOEXEC, 0)
+	fd, err := reopenFd(v.fd, flags)
+	if errors.Is(err, errLeased) && v.in.r.testLeaseWait > 0 {
+		w := leaseWaiter{limit: v.in.r.testLeaseWait}
+		for errors.Is(err, errLeased) && w.again(context.Background()) {
+			fd, err = reopenFd(v.fd, flags)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +170,7 @@ func (h *handle) commitWhole(g grant) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(v.fd)
+	defer v.release()
 	if v.st.Nlink > 1 {
 		h.obsKind(KindInPlace)
 		return h.commitInPlace(g, v)
@@ -367,7 +378,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer closeFd(v.fd)
+	defer v.release()
 	target, st, onBase, err := h.appendTarget(v)
 	if err != nil {
 		return false, err
@@ -459,8 +470,9 @@ func (h *handle) locateBase(g grant) (named, error) {
 		return h.n.locate(g)
 	}
 	if _, err := v.in.writeDir(); err != nil {
-		return named{fd: -1}, err
+		return noName, err
 	}
+	v.in.dropDir()
 	v.st = bs
 	return v, nil
 }

@@ -167,7 +167,7 @@ func (f *file) openGhost(flags int) (*os.File, error) {
 	if f.ghost < 0 {
 		return nil, syscall.ENOENT
 	}
-	fd, err := unix.Open(procPath(f.ghost), flags|unix.O_CLOEXEC, 0)
+	fd, err := reopenFd(f.ghost, flags)
 	if err != nil {
 		return nil, err
 	}
@@ -276,10 +276,10 @@ func (f *file) named(dir *Node, nm string, k key) bool {
 
 // leadsTo reports whether the name still names backing inode k.
 func (o name) leadsTo(k key) bool {
-	fd, err := o.dirFd()
-	if err != nil {
-		return false
-	}
-	st, err := statAt(fd, o.name)
+	var st unix.Stat_t
+	err := o.withDir(func(fd int) (err error) {
+		st, err = statAt(fd, o.name)
+		return err
+	})
 	return err == nil && keyOf(&st) == k
 }

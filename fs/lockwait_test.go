@@ -10,8 +10,10 @@ package fs_test
 // hook in the product: a file lease. The test takes a read lease
 // (F_SETLEASE F_RDLCK) on the backing file of the current version of A;
 // an append commit opens that version for writing under A's lock
-// (commitAppend: locate, then reopen O_WRONLY), and the kernel blocks
-// that open until the lease holder gives the lease up (or
+// (commitAppend: locate, then reopen O_WRONLY), which the lease holds
+// back. The daemon never waits for a lease under a lock (fs/lease.go),
+// except with SAFEFS_TEST_LEASE_WAIT set, as here: it then tries again
+// until the lease holder gives the lease up (or
 // /proc/sys/fs/lease-break-time passes, 45 s by default). So the holder's
 // commit owns A's lock exactly until the test releases the lease. The
 // test sees the commit arrive there when F_GETLEASE reports the break
@@ -237,6 +239,7 @@ func lkwQueued() int {
 // lease is released.
 func lkwSetup(t *testing.T, edit func(*fs.Options), prep func(*testfs.Mount), waiters ...string) (m *testfs.Mount, holder *lkwWriter, ws []*lkwWriter, lease *lkwHold) {
 	t.Helper()
+	t.Setenv("SAFEFS_TEST_LEASE_WAIT", "10m") // see the top of this file
 	m = testfs.New(t, edit)
 	if prep != nil {
 		prep(m)

@@ -59,6 +59,7 @@ func open(backing string, o Options) (*state, error) {
 	}
 	r := &root{rootfd: rootfd, stagingfd: -1, undofd: -1, rejectedfd: -1, opts: o, log: log, ids: newIDs(),
 		crashAt: os.Getenv("SAFEFS_CRASH_AT"), stopAt: os.Getenv("SAFEFS_STOP_AT"), internalPath: filepath.Join(abs, InternalDir)}
+	r.testLeaseWait, _ = time.ParseDuration(os.Getenv("SAFEFS_TEST_LEASE_WAIT"))
 	if err := r.openInternal(); err != nil {
 		r.closeFds()
 		return nil, fmt.Errorf("internal directory: %w", err)

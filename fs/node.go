@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -22,8 +21,13 @@ type Node struct {
 	r *root
 	f *file
 
-	mu    sync.Mutex
-	dirfd int // directories: O_PATH fd, opened on first use; -1 before
+	// Directories: the O_PATH fd (-1 when closed), the requests using
+	// it, whether the kernel forgot the node, and its place among the
+	// idle fds; all under r.dirs.mu (dirfds.go).
+	dirfd            int
+	dirUse           int
+	dirGone, dirIdle bool
+	dirPrev, dirNext *Node
 
 	rl nodeRoles // its role (roles.go), under f.mu
 
@@ -35,28 +39,6 @@ func (r *root) newNode(f *file) *Node { return &Node{r: r, f: f, dirfd: -1} }
 func (n *Node) isRoot() bool { return n.f == n.r.top }
 
 func (n *Node) isDir() bool { return n.f.kind == unix.S_IFDIR }
-
-// dirFd returns the directory's O_PATH fd, opened on first use through a
-// name that still leads to it. It follows the directory through renames,
-// so names built under it cannot go astray; writes check with writeDir
-// that it has not left BACKING.
-func (n *Node) dirFd() (int, error) {
-	if n.isRoot() {
-		return n.r.rootfd, nil
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.dirfd >= 0 {
-		return n.dirfd, nil
-	}
-	fd, err := n.openSelf()
-	if err != nil {
-		return -1, err
-	}
-	n.dirfd = fd
-	n.r.dirs.add(n)
-	return fd, nil
-}
 
 // path is the path below the mount root, for logs and the journal. It
 // is built from the file's own names, not from n's place in go-fuse's
@@ -103,63 +85,21 @@ func (n *Node) OnForget() {
 	if n.forgot.Swap(true) {
 		return
 	}
-	n.r.dirs.drop(n)
-	n.closeDir()
+	n.r.dirs.forget(n)
 	if n.forgettable() {
 		n.r.forget(n.f)
-	}
-}
-
-func (n *Node) closeDir() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.dirfd >= 0 {
-		unix.Close(n.dirfd)
-		n.dirfd = -1
-	}
-}
-
-// openDirs are the directory nodes holding an fd. The kernel need not
-// forget every inode before an unmount completes: release closes what
-// is left, so that nothing of BACKING stays open (busy) after it.
-type openDirs struct {
-	mu    sync.Mutex
-	nodes map[*Node]struct{}
-}
-
-func (d *openDirs) add(n *Node) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.nodes == nil {
-		d.nodes = map[*Node]struct{}{}
-	}
-	d.nodes[n] = struct{}{}
-}
-
-func (d *openDirs) drop(n *Node) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.nodes, n)
-}
-
-func (d *openDirs) closeAll() {
-	d.mu.Lock()
-	nodes := d.nodes
-	d.nodes = nil
-	d.mu.Unlock()
-	for n := range nodes {
-		n.closeDir()
 	}
 }
 
 // stat returns the attributes of f's current committed version.
 func (n *Node) stat() (unix.Stat_t, error) {
 	if n.isDir() {
-		fd, err := n.dirFd()
-		if err != nil {
-			return unix.Stat_t{}, err
-		}
-		return fstat(fd)
+		var st unix.Stat_t
+		err := n.withDir(func(fd int) (err error) {
+			st, err = fstat(fd)
+			return err
+		})
+		return st, err
 	}
 	n.f.inPlace.RLock()
 	st, err := n.statNamed()
@@ -197,27 +137,39 @@ func (n *Node) statNamed() (unix.Stat_t, error) {
 }
 
 // statName returns the first name of f whose backing stat leads accepts,
-// looked at by a stat of the name, without an fd (v.fd is -1).
+// looked at by a stat of the name, without an fd (v.fd and v.dir are -1).
 func (n *Node) statName(leads func(name, *unix.Stat_t) bool) (named, bool) {
 	for _, o := range n.f.nameList() {
-		dir, err := o.dirFd()
-		if err != nil {
-			continue
-		}
-		if st, err := statAt(dir, o.name); err == nil && leads(o, &st) {
-			return named{fd: -1, in: o.dir, dir: dir, nm: o.name, st: st}, true
+		var st unix.Stat_t
+		err := o.withDir(func(dir int) (err error) {
+			st, err = statAt(dir, o.name)
+			return err
+		})
+		if err == nil && leads(o, &st) {
+			return named{fd: -1, in: o.dir, dir: -1, nm: o.name, st: st}, true
 		}
 	}
-	return named{}, false
+	return noName, false
 }
 
 // named is a name of a logical file checked to lead to its version.
 type named struct {
-	fd  int   // O_PATH fd of the version; the caller closes it
+	fd  int   // O_PATH fd of the version, or -1
 	in  *Node // the name's directory
-	dir int   // its fd
+	dir int   // its fd, held (holdDir), or -1
 	nm  string
 	st  unix.Stat_t
+}
+
+// noName is the named of a failure: nothing to release.
+var noName = named{fd: -1, dir: -1}
+
+// release closes v.fd and lets v.dir go; the holder of a named calls it.
+func (v named) release() {
+	closeFd(v.fd)
+	if v.dir >= 0 {
+		v.in.dropDir()
+	}
 }
 
 // findNamed finds a name of f that leads to its committed version (or
@@ -225,12 +177,17 @@ type named struct {
 // what the fd names cannot change any more, whatever happens to the name.
 // A name racing a commit's rename may lead to the next version already,
 // which is worth a few more tries (see openCurrent). ENOENT: no name
-// leads to it; another error: a name could not be looked at.
-func (n *Node) findNamed() (named, error) {
+// leads to it; another error: a name could not be looked at. The name's
+// directory fd is held: the caller releases v (v.release).
+func (n *Node) findNamed() (named, error) { return n.findNamedIn(nil) }
+
+// findNamedIn is findNamed for holdDirIn: chain are the directories
+// being opened again, the innermost last.
+func (n *Node) findNamedIn(chain []*Node) (named, error) {
 	err := error(syscall.ENOENT)
 	for range staleTries {
 		for _, o := range n.f.nameList() {
-			v, ok, oerr := n.tryName(o)
+			v, ok, oerr := n.tryName(o, chain)
 			if ok {
 				return v, nil
 			}
@@ -239,27 +196,29 @@ func (n *Node) findNamed() (named, error) {
 			}
 		}
 		if !errors.Is(err, syscall.ENOENT) {
-			return named{}, err // not a race: no use trying again
+			return noName, err // not a race: no use trying again
 		}
 	}
-	return named{}, err
+	return noName, err
 }
 
-func (n *Node) tryName(o name) (named, bool, error) {
-	dir, err := o.dirFd()
+func (n *Node) tryName(o name, chain []*Node) (named, bool, error) {
+	dir, err := o.dir.holdDirIn(chain)
 	if err != nil {
-		return named{}, false, err
+		return noName, false, err
 	}
 	fd, err := openAt(dir, o.name, unix.O_PATH, 0)
 	if err != nil {
-		return named{}, false, err
+		o.dir.dropDir()
+		return noName, false, err
 	}
 	st, err := fstat(fd)
 	if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
 		return named{fd: fd, in: o.dir, dir: dir, nm: o.name, st: st}, true, nil
 	}
 	unix.Close(fd)
-	return named{}, false, err
+	o.dir.dropDir()
+	return noName, false, err
 }
 
 func fillAttr(a *fuse.Attr, st *unix.Stat_t, ino uint64) {
@@ -353,10 +312,11 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 	if n.probeHidden(ctx, nm) {
 		return nil, syscall.EACCES
 	}
-	dir, err := n.entryDir(nm, false)
+	dir, drop, err := n.holdEntryDir(nm, false)
 	if err != nil {
 		return nil, n.errno(err)
 	}
+	defer drop()
 	e := n.r.changeEpoch()
 	st, f, err := n.lookupFile(dir, nm, e)
 	if err != nil {
@@ -449,11 +409,7 @@ func (n *Node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) sysc
 	if !n.isDir() {
 		return syscall.EBADF
 	}
-	fd, err := n.dirFd()
-	if err == nil {
-		err = fsyncDir(fd)
-	}
-	return n.errno(err)
+	return n.errno(n.withDir(fsyncDir))
 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

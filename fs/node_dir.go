@@ -33,6 +33,7 @@ func (n *Node) newEntry(ctx context.Context, nm string, size int, out *fuse.Entr
 	if err := n.r.roomForMeta(ctx, size); err != nil {
 		return nil, n.errno(err)
 	}
+	defer n.dropDir()
 	if err := make(dir); err != nil {
 		return nil, n.errno(err)
 	}
@@ -100,6 +101,7 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 	if err := n.r.roomForMeta(ctx, 0); err != nil {
 		return nil, n.errno(err)
 	}
+	defer n.dropDir()
 	if len(t.f.nameList()) == 0 {
 		err = n.linkPrivate(t, dir, nm) // an O_TMPFILE file
 	} else {
@@ -168,10 +170,11 @@ func (n *Node) remove(ctx context.Context, nm string, flags int) syscall.Errno {
 		return n.errno(err)
 	}
 	defer release()
-	dir, err := n.entryDir(nm, true)
+	dir, drop, err := n.holdEntryDir(nm, true)
 	if err != nil {
 		return n.errno(err)
 	}
+	defer drop()
 	ghost := k.pathFd(dir, nm)
 	if err := unlinkAt(dir, nm, flags); err != nil {
 		closeFd(ghost)
@@ -238,10 +241,12 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 	if err != nil {
 		return n.errno(err)
 	}
+	defer n.dropDir()
 	ndir, err := np.writeDir()
 	if err != nil {
 		return n.errno(err)
 	}
+	defer np.dropDir()
 	ghost := -1
 	if dst != src && flags&unix.RENAME_EXCHANGE == 0 {
 		ghost = dst.pathFd(ndir, newName)
@@ -265,11 +270,12 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 }
 
 func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	dir, err := n.dirFd()
+	dir, err := n.holdDir()
 	if err != nil {
 		return nil, n.errno(err)
 	}
 	fd, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	n.dropDir()
 	if err != nil {
 		return nil, n.errno(err)
 	}

@@ -35,11 +35,12 @@ func (n *Node) openNamed(flags int) (*os.File, error) {
 	}
 	err := error(syscall.ESTALE)
 	for _, o := range names {
-		dir, derr := o.dirFd()
+		dir, drop, derr := o.holdDir()
 		if derr != nil {
 			continue
 		}
 		fd, st, oerr := openRegularStat(dir, o.name, flags)
+		drop()
 		if oerr != nil {
 			if !errors.Is(oerr, syscall.ENOENT) {
 				err = oerr
@@ -83,7 +84,7 @@ func openRegularStat(dir int, nm string, flags int) (*os.File, unix.Stat_t, erro
 	default:
 		return nil, st, syscall.ENXIO
 	}
-	rfd, err := unix.Open(procPath(fd), flags|unix.O_CLOEXEC, 0)
+	rfd, err := reopenFd(fd, flags)
 	if err != nil {
 		return nil, st, err
 	}
@@ -167,6 +168,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, n.errno(err)
 	}
 	h, st, err := n.open(ctx, flags) // st: the version opened, if known
+	for w := (leaseWaiter{}); errors.Is(err, errLeased) && w.again(ctx); {
+		// Another process's lease is in the way (lease.go): waited for
+		// here, where no lock is held (a read-modify-write session is
+		// the caller's own, and outlives a failed open anyway).
+		h, st, err = n.open(ctx, flags)
+	}
 	mixes := false
 	if err == nil {
 		st, mixes = n.readerMixes(h, st, retry)
@@ -185,6 +192,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		if errors.Is(err, syscall.ESTALE) {
 			n.r.refused.note(tid)
 		}
+		n.r.leaseRefused(ctx, "open", n.path(), n.r.ids.current(n.f), err)
 		return nil, 0, n.errno(err)
 	}
 	if n.ptWriter(ctx, h, flags) {
@@ -236,11 +244,13 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	if !journalable(n.childPath(nm)) {
 		return nil, nil, 0, syscall.ENAMETOOLONG
 	}
-	dir, err := n.entryDir(nm, true)
+	dir, drop, err := n.holdEntryDir(nm, true)
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
-	n.r.refused.take(callerTid(ctx)) // a refused open's retry may come as a create
+	defer drop()
+	tid := callerTid(ctx)
+	retry := n.r.refused.take(tid) // a refused open's retry may come as a create
 	if err := n.r.roomForMeta(ctx, 0); err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
@@ -250,6 +260,18 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	in, h, err := n.create(ctx, dir, nm, flags, mode, out)
 	if err != nil {
 		n.r.files.give(callerUID(ctx))
+		if errors.Is(err, errLeased) && !retry {
+			// An existing file another process holds a lease on. The
+			// kernel holds the directory's lock around CREATE: ESTALE
+			// makes it look the name up again, find the file, and send
+			// an OPEN without that lock, which waits for the lease.
+			n.r.refused.note(tid)
+			return nil, nil, 0, syscall.ESTALE
+		}
+		if errors.Is(err, errLeased) {
+			st, _ := statAt(dir, nm)
+			n.r.leaseRefused(ctx, "create", n.childPath(nm), keyOf(&st), err)
+		}
 		return nil, nil, 0, n.errno(err)
 	}
 	// A handle with nothing pending is settled at open (newHandle): the

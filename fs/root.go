@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path"
@@ -47,6 +48,9 @@ type root struct {
 	log     *zap.Logger
 	crashAt string // test-only crash point, from SAFEFS_CRASH_AT
 	stopAt  string // test-only SIGSTOP point, from SAFEFS_STOP_AT
+	// testLeaseWait: test-only, from SAFEFS_TEST_LEASE_WAIT: how long a
+	// commit waits under its lock for a lease (see named.reopen).
+	testLeaseWait time.Duration
 	// atPoint: test-only, called at each point (in-process tests).
 	atPoint   atomic.Pointer[func(point string)]
 	count     counters
@@ -63,6 +67,7 @@ type root struct {
 	kept                       *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog   logLimit
+	leaseLog    logLimit  // and those for requests another's lease refused (lease.go)
 	rmw         *rmwState // nil: read-modify-write sessions off
 	pool        *stagingPool
 	appendBufs  appendBuffers // pending appends kept in memory (appendbuf.go)
@@ -176,7 +181,21 @@ func (f *file) bump() {
 // targets opens journal targets for recovery, beneath BACKING only.
 type targets struct{ rootfd int }
 
+// OpenTarget opens rel for recovery. Recovery runs before the mount
+// serves: another process's lease on the target is waited for as long as
+// the kernel lets its holder keep it (lease-break-time), since a commit
+// cut off by a crash is to be settled (lease.go).
 func (t targets) OpenTarget(rel string) (*os.File, error) {
+	w := leaseWaiter{limit: leaseBreakTime() + time.Second}
+	for {
+		f, err := t.openTarget(rel)
+		if !errors.Is(err, errLeased) || !w.again(context.Background()) {
+			return f, err
+		}
+	}
+}
+
+func (t targets) openTarget(rel string) (*os.File, error) {
 	dir, nm := path.Split(rel)
 	if dir == "" {
 		return openRegular(t.rootfd, nm, unix.O_RDWR)

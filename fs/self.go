@@ -18,10 +18,16 @@ import (
 // handle or the ghost (the file was renamed away directly in BACKING, or
 // unlinked while open). ESTALE if nothing leads to it any more: for a
 // request by path the kernel then looks the name up again.
-func (n *Node) openSelf() (int, error) {
-	v, err := n.findNamed()
+func (n *Node) openSelf() (int, error) { return n.openSelfIn(nil) }
+
+// openSelfIn is openSelf for holdDirIn (see findNamedIn).
+func (n *Node) openSelfIn(chain []*Node) (int, error) {
+	v, err := n.findNamedIn(chain)
 	if err == nil {
-		return v.fd, nil
+		fd := v.fd
+		v.fd = -1
+		v.release()
+		return fd, nil
 	}
 	if fd, ok := n.f.dupVersion(n.r.ids.current(n.f)); ok {
 		return fd, nil
@@ -35,11 +41,7 @@ func (n *Node) openSelf() (int, error) {
 // withSelf runs fn on an O_PATH fd of n's current version (see openSelf).
 func (n *Node) withSelf(fn func(fd int) error) error {
 	if n.isDir() {
-		fd, err := n.dirFd()
-		if err != nil {
-			return err
-		}
-		return fn(fd)
+		return n.withDir(fn)
 	}
 	fd, err := n.openSelf()
 	if err != nil {
@@ -85,16 +87,25 @@ const maxDepth = 1 << 16
 var errLeft = errors.New("directory is no longer inside the backing directory")
 
 // writeDir returns n's directory fd for a request that creates, removes
-// or renames in it, or commits into it. A directory moved out of BACKING
-// directly keeps its fd: writing through it would create files outside
-// BACKING, so that is ESTALE (the kernel looks the path up again).
+// or renames in it, or commits into it, held (holdDir): the caller drops
+// it (dropDir). A directory moved out of BACKING directly keeps its fd:
+// writing through it would create files outside BACKING, so that is
+// ESTALE (the kernel looks the path up again). A walk that could not be
+// made (EMFILE: the daemon is out of descriptors) is that error, and
+// logged as such: it says nothing of where the directory is.
 func (n *Node) writeDir() (int, error) {
-	fd, err := n.dirFd()
+	fd, err := n.holdDir()
 	if err != nil || n.isRoot() {
 		return fd, err
 	}
 	if err := n.r.inside(fd); err != nil {
-		n.r.log.Warn("not written through: "+errLeft.Error(), zap.String("path", logPath(n.path())), zap.Error(err))
+		n.dropDir()
+		if !errors.Is(err, errLeft) {
+			n.r.log.Warn("not written through: cannot check that the directory is inside the backing directory",
+				zap.String("path", logPath(n.path())), zap.Error(err))
+			return -1, err
+		}
+		n.r.log.Warn("not written through: "+errLeft.Error(), zap.String("path", logPath(n.path())))
 		return -1, syscall.ESTALE
 	}
 	return fd, nil

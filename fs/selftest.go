@@ -93,18 +93,35 @@ func (n *Node) probeHidden(ctx context.Context, nm string) bool {
 	return n.isProbe(nm) && callerUID(ctx) != uint32(os.Geteuid())
 }
 
-// entryDir is the fd of the directory that holds entry nm of n: n's own
-// (writeDir's, when write: a create or remove), or the internal
-// directory for the probe.
-func (n *Node) entryDir(nm string, write bool) (int, error) {
+// holdEntryDir holds the fd of the directory that holds entry nm of n,
+// as holdDir does: n's own (writeDir's, when write: a create or
+// remove), or the internal directory for the probe, which is never
+// closed. drop ends the hold.
+func (n *Node) holdEntryDir(nm string, write bool) (fd int, drop func(), err error) {
 	switch {
 	case n.isProbe(nm):
-		return int(n.r.internal.Fd()), nil
+		return int(n.r.internal.Fd()), func() {}, nil
 	case write:
-		return n.writeDir()
+		fd, err = n.writeDir()
+	default:
+		fd, err = n.holdDir()
 	}
-	return n.dirFd()
+	if err != nil {
+		return -1, func() {}, err
+	}
+	return fd, n.dropDir, nil
 }
 
-// dirFd is the fd of the directory that holds name o (see entryDir).
-func (o name) dirFd() (int, error) { return o.dir.entryDir(o.name, false) }
+// holdDir holds the fd of the directory that holds name o (see
+// holdEntryDir).
+func (o name) holdDir() (int, func(), error) { return o.dir.holdEntryDir(o.name, false) }
+
+// withDir runs fn on the fd of the directory that holds name o.
+func (o name) withDir(fn func(dir int) error) error {
+	fd, drop, err := o.holdDir()
+	if err != nil {
+		return err
+	}
+	defer drop()
+	return fn(fd)
+}

@@ -21,6 +21,7 @@ func (n *Node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	if err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
+	defer n.dropDir()
 	if err := n.r.takeFile(ctx); err != nil {
 		return nil, nil, 0, n.errno(err)
 	}

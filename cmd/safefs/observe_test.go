@@ -6,8 +6,9 @@ package main
 //
 // The lock timeout is provoked as in fs/lockwait_test.go: a read lease
 // that this process takes on the backing file of A's current version
-// blocks the daemon's O_WRONLY open of it in an append commit, which then
-// holds A's commit lock until the lease is released. A second appender's
+// holds back the daemon's O_WRONLY open of it in an append commit, which,
+// with SAFEFS_TEST_LEASE_WAIT in the daemon's environment, tries again
+// under A's commit lock until the lease is released. A second appender's
 // commit waits for that lock past lock_timeout.
 
 import (
@@ -185,6 +186,7 @@ func TestMetricsAndAuditUnderWorkload(t *testing.T) {
 	requireTool(t, "perl")
 	backing, mnt, dir := tempDir(t), tempDir(t), tempDir(t)
 	trail := filepath.Join(dir, "audit.log")
+	t.Setenv("SAFEFS_TEST_LEASE_WAIT", "10m") // the lock timeout below
 	p, url := startObservedMount(t, backing, mnt, trail)
 
 	// Recovery at this mount found an empty journal.

@@ -52,6 +52,7 @@ func TestStatusWhileCommitBlocked(t *testing.T) {
 	requireRoot(t)
 	requireTool(t, "perl")
 	backing, mnt := tempDir(t), tempDir(t)
+	t.Setenv("SAFEFS_TEST_LEASE_WAIT", "10m") // the lease holds the commit (observe_test.go)
 	p := launchMount(t, exec.Command(safefsBin, "mount", "-o", "lock_timeout=10m", backing, mnt), mnt)
 	p.waitMounted(t)
 	_, err := os.Stat(filepath.Join(backing, fs.InternalDir, statusSock))

@@ -17,7 +17,7 @@ import (
 // would, the pending changes of the descriptor it is made through and
 // of every descriptor the releasing process opened for writing, on any
 // file: scripts often lock a separate lock file and rewrite the data
-// file under it (docs/design: "Unlock publishes").
+// file under it (docs/design.md, "Locks").
 
 // writerSet indexes open writers by the process that opened them.
 type writerSet struct {

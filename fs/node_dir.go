@@ -26,11 +26,11 @@ func (n *Node) newEntry(ctx context.Context, nm string, size int, out *fuse.Entr
 	if !journalable(n.childPath(nm)) {
 		return nil, syscall.ENAMETOOLONG
 	}
-	dir, err := n.writeDir()
-	if err != nil {
+	if err := n.r.roomForMeta(ctx, size); err != nil {
 		return nil, n.errno(err)
 	}
-	if err := n.r.roomForMeta(ctx, size); err != nil {
+	dir, err := n.writeDir()
+	if err != nil {
 		return nil, n.errno(err)
 	}
 	defer n.dropDir()
@@ -94,11 +94,11 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 		return nil, syscall.ENAMETOOLONG
 	}
 	t := target.(*Node)
-	dir, err := n.writeDir()
-	if err != nil {
+	if err := n.r.roomForMeta(ctx, 0); err != nil {
 		return nil, n.errno(err)
 	}
-	if err := n.r.roomForMeta(ctx, 0); err != nil {
+	dir, err := n.writeDir()
+	if err != nil {
 		return nil, n.errno(err)
 	}
 	defer n.dropDir()

@@ -56,6 +56,6 @@ func (n *Node) repinNamed() {
 	if err != nil {
 		return
 	}
-	defer unix.Close(v.fd)
+	defer v.release()
 	n.f.repin(v.fd)
 }

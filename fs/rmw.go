@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -48,6 +49,13 @@ func (x *rmwState) table(uid uint32) *rmw.Table {
 		x.tables[uid] = t
 	}
 	return t
+}
+
+// allTables are the users' session tables.
+func (x *rmwState) allTables() map[uint32]*rmw.Table {
+	x.tablesM.Lock()
+	defer x.tablesM.Unlock()
+	return maps.Clone(x.tables)
 }
 
 // lockingPairs remembers, for a while, the (file, program) pairs seen
@@ -134,7 +142,11 @@ func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
 	if !sel {
 		return nil
 	}
+	start := time.Now()
 	s, out, other := x.table(c.Uid).Enter(ctx, n.f.ino, int32(pid), isFamily, n.r.opts.RMWWait)
+	if out.Waited() {
+		n.r.count.rmwWaitNanos.Add(int64(time.Since(start)))
+	}
 	if s != nil && (out == rmw.Took || out == rmw.Granted) && !n.rmwClusterLock(s, c.Uid) {
 		s.End() // no cluster lock within rmw_wait: no session, as after a local wait
 		s, out = nil, rmw.GaveUp

@@ -10,6 +10,7 @@
 package rmw
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -32,6 +33,9 @@ const (
 	Passed
 )
 
+// Waited reports whether the caller waited in Enter for this outcome.
+func (o Outcome) Waited() bool { return o == Granted || o == GaveUp || o == Stopped }
+
 // Table holds the sessions of one mount.
 type Table struct {
 	hold time.Duration // how long a session outlives its last close
@@ -45,6 +49,7 @@ type Table struct {
 type Session struct {
 	Key    uint64
 	Holder int32
+	Since  time.Time // when the holder got it
 
 	t     *Table
 	open  int // handles open under the session (guarded by t.mu)
@@ -70,9 +75,10 @@ func (s *Session) OnEnd(f func()) {
 }
 
 type waiter struct {
-	pid int32
-	ch  chan struct{} // closed when granted
-	s   *Session      // the session granted
+	pid   int32
+	since time.Time
+	ch    chan struct{} // closed when granted
+	s     *Session      // the session granted
 }
 
 // New returns a table whose sessions end hold after their last close.
@@ -131,7 +137,7 @@ func (t *Table) Enter(ctx context.Context, key uint64, pid int32, fam Family, wa
 		t.mu.Unlock()
 		return nil, Cycle, s.Holder
 	}
-	w := &waiter{pid: pid, ch: make(chan struct{})}
+	w := &waiter{pid: pid, since: time.Now(), ch: make(chan struct{})}
 	s.queue = append(s.queue, w)
 	t.waits[pid] = append(t.waits[pid], key)
 	t.mu.Unlock()
@@ -174,7 +180,7 @@ func (s *Session) passLocked(pid int32) {
 }
 
 func (t *Table) takeLocked(key uint64, pid int32) *Session {
-	s := &Session{Key: key, Holder: pid, t: t, open: 1}
+	s := &Session{Key: key, Holder: pid, Since: time.Now(), t: t, open: 1}
 	t.held[key] = s
 	return s
 }
@@ -247,6 +253,48 @@ func (t *Table) Waiting(key uint64) int {
 		return len(s.queue)
 	}
 	return 0
+}
+
+// SessionInfo is one session as Snapshot sees it.
+type SessionInfo struct {
+	Key     uint64
+	Holder  int32
+	Since   time.Time
+	Open    int          // opens counted, 0 while only the hold keeps it
+	Waiters []WaiterInfo // in the order they will be served
+}
+
+// WaiterInfo is one opener waiting for a session.
+type WaiterInfo struct {
+	ID    int32
+	Since time.Time
+}
+
+// Snapshot lists the sessions held, by key.
+func (t *Table) Snapshot() []SessionInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]SessionInfo, 0, len(t.held))
+	for _, s := range t.held {
+		h := SessionInfo{Key: s.Key, Holder: s.Holder, Since: s.Since, Open: s.open}
+		for _, w := range s.queue {
+			h.Waiters = append(h.Waiters, WaiterInfo{ID: w.pid, Since: w.since})
+		}
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Waiters is how many opens wait for a session of the table.
+func (t *Table) Waiters() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, s := range t.held {
+		n += len(s.queue)
+	}
+	return n
 }
 
 // Close ends one open counted by Enter. After the last, the session

@@ -287,3 +287,21 @@ func TestReads(t *testing.T) {
 		t.Fatalf("Forget: read %v %v, %d entries, want %d", r.Read(7, 1), r.Read(7, 2), r.n, n-2)
 	}
 }
+
+// TestSnapshot: a held session with its waiters in serving order.
+func TestSnapshot(t *testing.T) {
+	tb := New(long)
+	s, _ := enter(t, tb, 7, 10, long)
+	for pid := int32(11); pid <= 12; pid++ {
+		go enter(t, tb, 7, pid, long)
+		for tb.Waiting(7) != int(pid-10) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	got := tb.Snapshot()
+	if len(got) != 1 || got[0].Key != 7 || got[0].Holder != 10 || got[0].Open != 1 || len(got[0].Waiters) != 2 ||
+		got[0].Waiters[0].ID != 11 || got[0].Waiters[1].ID != 12 || tb.Waiters() != 2 {
+		t.Fatalf("snapshot %+v, waiters %d", got, tb.Waiters())
+	}
+	s.End()
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/safefs/safefs/fs"
 )
@@ -22,6 +23,16 @@ func printStatus(out io.Writer, st *fs.Status) {
 			fmt.Fprintf(w, "    waiter %d\t%s\twaiting %.1fs\t%s\n", i+1, who(p), p.For, p.Cmdline)
 		}
 	}
+	if len(st.Sessions) > 0 {
+		fmt.Fprintf(w, "rmw sessions held: %d\n", len(st.Sessions))
+	}
+	for _, s := range st.Sessions {
+		fmt.Fprintf(w, "  %s\n", s.Path)
+		fmt.Fprintf(w, "    holder\t%s\theld %.1fs\t%s\n", who(s.Holder), s.Holder.For, s.Holder.Cmdline)
+		for i, p := range s.Waiters {
+			fmt.Fprintf(w, "    waiter %d\t%s\twaiting %.1fs\t%s\n", i+1, who(p), p.For, p.Cmdline)
+		}
+	}
 	fmt.Fprintf(w, "open writers: %d\n", len(st.Writers))
 	for _, wr := range st.Writers {
 		fmt.Fprintf(w, "  %s\tpid %d uid %d\tpending %d bytes\t%s\n", wr.Path, wr.PID, wr.UID, wr.PendingBytes, wr.Cmdline)
@@ -33,7 +44,8 @@ func printStatus(out io.Writer, st *fs.Status) {
 	c := st.Counters
 	fmt.Fprintf(w, "counters: commits %d, rejected %d, killed %d, dropped %d, too_many_files %d, no_space %d\n",
 		c.Commits, c.Rejected, c.Killed, c.Dropped, c.TooManyFiles, c.NoSpace)
-	fmt.Fprintf(w, "  rmw: sessions %d, waits %d, cycles %d, gave_up %d\n", c.RMWSessions, c.RMWWaits, c.RMWCycles, c.RMWGaveUp)
+	fmt.Fprintf(w, "  rmw: sessions %d, waits %d (%.1fs in all), cycles %d, gave_up %d\n", c.RMWSessions, c.RMWWaits,
+		time.Duration(c.RMWWaitNanos).Seconds(), c.RMWCycles, c.RMWGaveUp)
 	fmt.Fprintf(w, "  passthrough: opens %d, maps only %d, writers %d (commits of a copy %d)\n", c.Passthrough, c.PassthroughDirect, c.PassthroughWrite, c.PassthroughCopied)
 	_ = w.Flush()
 }
@@ -41,6 +53,9 @@ func printStatus(out io.Writer, st *fs.Status) {
 func who(p fs.Party) string {
 	if p.PID == 0 {
 		return "(rename or unlink)"
+	}
+	if p.TID != 0 {
+		return fmt.Sprintf("pid %d tid %d uid %d", p.PID, p.TID, p.UID)
 	}
 	return fmt.Sprintf("pid %d uid %d", p.PID, p.UID)
 }

@@ -14,10 +14,12 @@ import (
 	"github.com/safefs/safefs/rmw"
 )
 
-// Read-modify-write sessions (README: "Read-modify-write sessions"). A
-// selected file's first open by a process takes a session on it, and
-// other processes' opens wait for it: so an unlocked counter's read and
-// its rewrite are not interleaved with another's. Sessions are kept in a
+// Read-modify-write sessions (docs/sessions.md). A selected file's
+// first open by a thread takes a session on it, and other threads'
+// opens wait for it, those of the holder's own process too (a servlet's
+// request threads): so an unlocked counter's read and its rewrite are
+// not interleaved with another's. Child processes of the holder's
+// process join its session (a shell script's cat). Sessions are kept in a
 // table of their own, not in the commit lock: a commit never waits for
 // a session, so a process outside every session (it opened before the
 // file was selected, or gave up waiting) commits exactly as before.
@@ -127,23 +129,24 @@ type rmwHandle struct {
 	tried bool         // the learning check ran for it
 }
 
-// rmwEnter gives the caller a session on n if n is selected for it,
-// waiting for another process's session if need be. nil: no session.
+// rmwEnter gives the calling thread a session on n if n is selected for
+// it, waiting for another thread's session if need be. nil: no session.
 func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
 	x := n.r.rmw
 	if x == nil {
 		return nil
 	}
 	c, ok := fuse.FromContext(ctx)
-	if !ok || c.Pid == 0 {
+	tid := callerTid(ctx)
+	if !ok || tid == 0 {
 		return nil
 	}
-	pid, sel := n.rmwSelected(c.Pid, c.Uid)
-	if !sel {
+	if _, sel := n.rmwSelected(tid, c.Uid); !sel {
 		return nil
 	}
+	// The session is the calling thread's: FUSE requests carry it.
 	start := time.Now()
-	s, out, other := x.table(c.Uid).Enter(ctx, n.f.ino, int32(pid), isFamily, n.r.opts.RMWWait)
+	s, out, other := x.table(c.Uid).Enter(ctx, n.f.ino, int32(tid), isFamily, n.r.opts.RMWWait)
 	if out.Waited() {
 		n.r.count.rmwWaitNanos.Add(int64(time.Since(start)))
 	}
@@ -151,7 +154,7 @@ func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
 		s.End() // no cluster lock within rmw_wait: no session, as after a local wait
 		s, out = nil, rmw.GaveUp
 	}
-	n.r.rmwCount(n, out, pid, other)
+	n.r.rmwCount(n, out, tid, other)
 	if s != nil && (out == rmw.Took || out == rmw.Granted) {
 		x.exits.watch(s.Holder, s)
 	}
@@ -222,7 +225,7 @@ func (n *Node) names() []string {
 	return out
 }
 
-func (r *root) rmwCount(n *Node, out rmw.Outcome, pid uint32, other int32) {
+func (r *root) rmwCount(n *Node, out rmw.Outcome, tid uint32, other int32) {
 	c := &r.count
 	switch out {
 	case rmw.Took:
@@ -232,25 +235,27 @@ func (r *root) rmwCount(n *Node, out rmw.Outcome, pid uint32, other int32) {
 		c.rmwWaits.Add(1)
 	case rmw.Cycle:
 		c.rmwCycles.Add(1)
-		r.rmwWarn("rmw: waiting would close a cycle: opened without a session", n, pid, other)
+		r.rmwWarn("rmw: waiting would close a cycle: opened without a session", n, tid, other)
 	case rmw.GaveUp:
 		c.rmwWaits.Add(1)
 		c.rmwGaveUp.Add(1)
-		r.rmwWarn("rmw: waited rmw_wait for another process's session: opened without one", n, pid, other)
+		r.rmwWarn("rmw: waited rmw_wait for another thread's session: opened without one", n, tid, other)
 	case rmw.Stopped:
 		c.rmwWaits.Add(1)
 	}
 }
 
-// rmwWarn logs one line naming the path and both processes.
-func (r *root) rmwWarn(msg string, n *Node, pid uint32, other int32) {
+// rmwWarn logs one line naming the path and both threads with their
+// processes.
+func (r *root) rmwWarn(msg string, n *Node, tid uint32, other int32) {
 	ok, skipped := r.rmw.warnLog.allow()
 	if !ok {
 		return
 	}
+	pid, holder := tgidOf(tid), int32(tgidOf(uint32(other)))
 	r.log.Warn(msg, zap.String("path", logPath(n.path())),
-		zap.Uint32("pid", pid), zap.String("cmdline", cmdline(pid)),
-		zap.Int32("holder_pid", other), zap.String("holder_cmdline", cmdline(uint32(other))),
+		zap.Uint32("pid", pid), zap.Uint32("tid", tid), zap.String("cmdline", cmdline(pid)),
+		zap.Int32("holder_pid", holder), zap.Int32("holder_tid", other), zap.String("holder_cmdline", cmdline(uint32(holder))),
 		zap.Int("not_logged_before", skipped))
 }
 
@@ -269,11 +274,14 @@ func (n *Node) rmwOpened(h *handle, s *rmw.Session, flags uint32) {
 	if !x.auto || h.tgid == 0 {
 		return
 	}
+	// A read and a write by one thread: only then can a thread's
+	// session serialize them (a pool thread that writes what another
+	// read is not learned from).
 	if !isWrite(flags) {
-		x.reads.Note(n.f.ino, int32(h.tgid))
+		x.reads.Note(n.f.ino, int32(h.tid))
 		return
 	}
-	if s == nil && x.reads.Read(n.f.ino, int32(h.tgid)) {
+	if s == nil && x.reads.Read(n.f.ino, int32(h.tid)) {
 		h.rmw.tried = true
 		n.r.rmwLearn(n, h.tgid, h.uid)
 	}
@@ -323,9 +331,10 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	r.saveLearned(x)
 }
 
-// rmwCommitted ends the session a commit of h completes: the holder's
-// (or its family's, through a handle opened in the session) first
-// commit of the file.
+// rmwCommitted ends the session a commit of h completes: the holder
+// thread's (or its family's, through a handle opened in the session)
+// first commit of the file. Another thread's commit of a handle it
+// opened outside the session does not end it.
 func (h *handle) rmwCommitted() {
 	x := h.n.r.rmw
 	if x == nil {
@@ -335,7 +344,7 @@ func (h *handle) rmwCommitted() {
 	if s == nil {
 		return
 	}
-	if s == h.rmw.sess || uint32(s.Holder) == h.tgid || uint32(s.Holder) == h.closer {
+	if s == h.rmw.sess || uint32(s.Holder) == h.tid || uint32(s.Holder) == h.closer {
 		s.End()
 	}
 }

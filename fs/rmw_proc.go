@@ -33,22 +33,28 @@ func rmwTgid(tid uint32) uint32 {
 // maxAncestry bounds the walk up a parent chain.
 const maxAncestry = 64
 
-// isFamily reports whether pid is holder or one of its descendants: a
-// CGI script that forks a child that opens the file must not wait for
-// its own parent.
-func isFamily(holder, pid int32) bool {
+// isFamily reports whether thread tid runs in a descendant process of
+// the process of thread holder: a CGI script that forks a child, or a
+// shell whose cat opens the file, must not wait for itself. Another
+// thread of the holder's own process is not family: it waits, as a
+// servlet's request threads must. (A child forked by any thread of the
+// holder's process counts: a child's parent is a process, not a thread.)
+func isFamily(holder, tid int32) bool {
 	return rmwBounded(false, func() bool {
-		p := pid
+		hp, p := int32(tgidOf(uint32(holder))), int32(tgidOf(uint32(tid)))
+		if hp == 0 || p == 0 || p == hp {
+			return false
+		}
 		for range maxAncestry {
-			if p == holder {
-				return true
-			}
 			if p <= 1 {
 				return false
 			}
 			pp, err := parentOf(p)
 			if err != nil {
 				return false
+			}
+			if pp == hp {
+				return true
 			}
 			p = pp
 		}

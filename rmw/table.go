@@ -1,12 +1,12 @@
 // Package rmw keeps read-modify-write sessions: per-file exclusive
-// sessions held by a process from its first open of the file until its
+// sessions held by a thread from its first open of the file until its
 // first commit, its exit, or a hold time after its last close. Waiters
 // are served FIFO; a wait that would close a cycle in the wait-for graph
 // is refused at once, and every wait is bounded. Giving up never fails
 // the caller: it proceeds without a session, as on a plain directory.
 //
-// The package has no FUSE dependency: keys are logical files, processes
-// are thread-group ids.
+// The package has no FUSE dependency: keys are logical files, holders
+// and waiters are thread ids (the caller's Family decides who joins).
 package rmw
 
 import (
@@ -45,7 +45,7 @@ type Table struct {
 	waits map[int32][]uint64 // process -> keys it waits for
 }
 
-// Session is one process's exclusive session on one key.
+// Session is one thread's exclusive session on one key.
 type Session struct {
 	Key    uint64
 	Holder int32

@@ -34,6 +34,7 @@ type rmwState struct {
 	globs   rmw.Globs
 	auto    bool
 	learned *rmw.Learned
+	classes *rmw.Classes // of the learned pairs' requests
 	reads   *rmw.Reads
 	exits   *exitWatch
 	saveMu  sync.Mutex
@@ -106,10 +107,15 @@ func (r *root) rmwStart() error {
 		return err
 	}
 	x := &rmwState{hold: o.RMWHold, tables: map[uint32]*rmw.Table{}, globs: o.RMWGlobs, auto: o.RMWAuto,
-		learned: rmw.NewLearned(), reads: rmw.NewReads(rmwReadKeep), exits: ex}
+		learned: rmw.NewLearned(), classes: rmw.NewClasses(), reads: rmw.NewReads(rmwReadKeep), exits: ex}
 	if o.RMWAuto {
 		x.learned = r.loadLearned()
 	}
+	x.classes.OnJudged(func(c *rmw.Class) {
+		r.log.Info("rmw: a request class is judged read-only: its read-only opens take no session",
+			zap.String("path", logPath(c.Pair.Path)), zap.String("program", c.Pair.Cmd), zap.Uint32("uid", c.Pair.UID),
+			zap.String("class", c.Features), zap.Int("sessions_without_a_write", rmw.ReadOnlyAfter))
+	})
 	r.rmw = x
 	r.log.Info("rmw sessions on", zap.Bool("auto", x.auto), zap.Strings("globs", x.globs),
 		zap.Duration("rmw_hold", o.RMWHold), zap.Duration("rmw_wait", o.RMWWait), zap.Int("learned", x.learned.Len()))
@@ -130,8 +136,10 @@ type rmwHandle struct {
 }
 
 // rmwEnter gives the calling thread a session on n if n is selected for
-// it, waiting for another thread's session if need be. nil: no session.
-func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
+// it, waiting for another thread's session if need be; an open for
+// reading by a request of a class judged read-only takes none. nil: no
+// session.
+func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 	x := n.r.rmw
 	if x == nil {
 		return nil
@@ -141,18 +149,40 @@ func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
 	if !ok || tid == 0 {
 		return nil
 	}
-	if _, sel := n.rmwSelected(tid, c.Uid); !sel {
+	_, sel, cls := n.rmwSelected(tid, c.Uid)
+	if !sel {
 		return nil
+	}
+	var unneeded <-chan struct{}
+	switch {
+	case cls == nil:
+	case isWrite(flags):
+		if cls.Wrote() {
+			n.r.log.Warn("rmw: a request class judged read-only opened the file for writing: its requests take sessions again",
+				zap.String("path", logPath(cls.Pair.Path)), zap.String("program", cls.Pair.Cmd), zap.Uint32("uid", cls.Pair.UID),
+				zap.String("class", cls.Features), zap.Uint32("pid", tgidOf(tid)))
+		}
+	case cls.ReadOnly():
+		n.r.count.rmwReadOnly.Add(1)
+		return nil
+	default:
+		unneeded = cls.Judged() // a wait ends when the class is judged read-only
 	}
 	// The session is the calling thread's: FUSE requests carry it.
 	start := time.Now()
-	s, out, other := x.table(c.Uid).Enter(ctx, n.f.ino, int32(tid), isFamily, n.r.opts.RMWWait)
+	s, out, other := x.table(c.Uid).EnterUnless(ctx, n.f.ino, int32(tid), isFamily, n.r.opts.RMWWait, unneeded)
 	if out.Waited() {
 		n.r.count.rmwWaitNanos.Add(int64(time.Since(start)))
 	}
 	if s != nil && (out == rmw.Took || out == rmw.Granted) && !n.rmwClusterLock(s, c.Uid) {
 		s.End() // no cluster lock within rmw_wait: no session, as after a local wait
 		s, out = nil, rmw.GaveUp
+	}
+	if s != nil && (out == rmw.Took || out == rmw.Granted) {
+		s.SetClass(cls)
+	}
+	if s != nil && isWrite(flags) {
+		s.MarkWrote()
 	}
 	n.r.rmwCount(n, out, tid, other)
 	if s != nil && (out == rmw.Took || out == rmw.Granted) {
@@ -189,19 +219,20 @@ func rmwLockKey(uid uint32, path string) lockmgr.Key {
 }
 
 // rmwSelected reports whether the opens of n by thread tid of user uid
-// take sessions, and its process. Globs select every process; learned
-// paths only the programs that user was seen running when it did a
-// read-modify-write on them.
-func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool) {
+// take sessions, its process, and for a learned pair the class of the
+// process's request (nil: every open takes a session). Globs select
+// every process; learned paths only the programs that user was seen
+// running when it did a read-modify-write on them.
+func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool, *rmw.Class) {
 	x := n.r.rmw
 	paths := n.names()
 	for _, p := range paths {
 		if x.globs.Match(p) {
-			return rmwTgid(tid), true
+			return rmwTgid(tid), true, nil
 		}
 	}
 	if !x.auto {
-		return 0, false
+		return 0, false, nil
 	}
 	for _, p := range paths {
 		if x.learned.HasPath(uid, p) {
@@ -209,11 +240,17 @@ func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool) {
 			// session costs a reader time (its user's only), a
 			// missed one an increment.
 			pid := rmwTgid(tid)
-			cmd := program(pid)
-			return pid, cmd == "" || x.learned.Has(rmw.Pair{UID: uid, Path: p, Cmd: cmd})
+			pair := rmw.Pair{UID: uid, Path: p, Cmd: program(pid)}
+			if pair.Cmd == "" {
+				return pid, true, nil
+			}
+			if !x.learned.Has(pair) {
+				return pid, false, nil
+			}
+			return pid, true, x.classes.Get(pair, requestFeatures(pid))
 		}
 	}
-	return 0, false
+	return 0, false, nil
 }
 
 // names are n's paths below the mount root.
@@ -242,6 +279,9 @@ func (r *root) rmwCount(n *Node, out rmw.Outcome, tid uint32, other int32) {
 		r.rmwWarn("rmw: waited rmw_wait for another thread's session: opened without one", n, tid, other)
 	case rmw.Stopped:
 		c.rmwWaits.Add(1)
+	case rmw.Unneeded:
+		c.rmwWaits.Add(1)
+		c.rmwReadOnly.Add(1)
 	}
 }
 
@@ -321,6 +361,9 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	}
 	if !x.learned.Add(p) {
 		return
+	}
+	if c := x.classes.Get(p, requestFeatures(pid)); c != nil {
+		c.Wrote() // the learning request's class writes
 	}
 	r.log.Info("rmw: learned a read-modify-write without a lock: its opens of this file take sessions",
 		zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd), zap.Uint32("uid", uid), zap.Uint32("pid", pid))

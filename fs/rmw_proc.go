@@ -2,9 +2,12 @@ package fs
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // What sessions read from /proc: the parent chain (re-entrance for a
@@ -142,4 +145,97 @@ func fdHoldsLock(p string) bool {
 		}
 	}
 	return false
+}
+
+// environMax bounds what is read of a process's environment: a CGI
+// request's is a few KiB.
+const environMax = 64 << 10
+
+// requestFeatures tell the request class of process pid: a CGI
+// request's method and the sorted names of its query's parameters
+// ("GET", "POST", "GET ?mode&page"), from the environment its web
+// server gave it (/proc/PID/environ, as it was at exec; root may read
+// it). Values are never kept: a query's values would make each request
+// a class of its own, and may be private. "": no REQUEST_METHOD (not a
+// CGI request, or unreadable): all such requests of a program are one
+// class. Like the script argument, the environment is the process's to
+// choose, and reaches only its own user's classes.
+func requestFeatures(pid uint32) string {
+	if pid == 0 {
+		return ""
+	}
+	return rmwBounded("", func() string {
+		b, err := readUpTo(pidPath(pid, "environ"), environMax)
+		if err != nil {
+			return ""
+		}
+		var method, query string
+		for _, kv := range strings.Split(string(b), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "REQUEST_METHOD="); ok {
+				method = v
+			} else if v, ok := strings.CutPrefix(kv, "QUERY_STRING="); ok {
+				query = v
+			}
+		}
+		return classOf(method, query)
+	})
+}
+
+// maxQueryNames bounds the parameter names a class is told by; each is
+// cut to maxQueryName bytes.
+const maxQueryNames, maxQueryName = 8, 32
+
+// classOf is the class of a request by its method and query string.
+func classOf(method, query string) string {
+	if method == "" || len(method) > 16 {
+		return ""
+	}
+	var names []string
+	for _, kv := range strings.FieldsFunc(query, func(r rune) bool { return r == '&' || r == ';' }) {
+		nm, _, _ := strings.Cut(kv, "=")
+		if nm == "" {
+			continue
+		}
+		if len(nm) > maxQueryName {
+			nm = nm[:maxQueryName]
+		}
+		if !slices.Contains(names, nm) {
+			names = append(names, nm)
+		}
+	}
+	slices.Sort(names)
+	if len(names) > maxQueryNames {
+		names = append(names[:maxQueryNames], "...")
+	}
+	if len(names) == 0 {
+		return method
+	}
+	return method + " ?" + strings.Join(names, "&")
+}
+
+// readUpTo reads the first max bytes of a /proc file, with plain calls.
+func readUpTo(path string, max int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 0, 4096)
+	for len(b) < max {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(cap(b), max-len(b)))
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		b = b[:len(b)+n]
+	}
+	return b, nil
 }

@@ -17,8 +17,10 @@ type Status struct {
 	Locks      []LockStatus   `json:"locks"`          // files whose commit lock is held
 	Writers    []WriterStatus `json:"writers"`        // handles open for writing
 	Rejected   []KeptFile     `json:"rejected"`       // what rejected/ holds
-	// Sessions are the read-modify-write sessions held (rmw option).
+	// Sessions are the read-modify-write sessions held (rmw option);
+	// Classes the request classes of the learned programs (rmw=auto).
 	Sessions []SessionStatus `json:"rmw_sessions"`
+	Classes  []ClassStatus   `json:"rmw_classes"`
 	Counters Stats           `json:"counters"`
 }
 
@@ -37,6 +39,19 @@ type SessionStatus struct {
 	Holder  Party   `json:"holder"`
 	Open    int     `json:"open"` // opens under it; 0: only rmw_hold keeps it
 	Waiters []Party `json:"waiters"`
+}
+
+// ClassStatus is one request class of a learned (file, program) pair:
+// "writes" (its requests take sessions), "read-only" (its read-only
+// opens take none), or "learning" (sessions, Reads of ReadOnlyAfter
+// ended without a write so far).
+type ClassStatus struct {
+	Path    string `json:"path"`
+	UID     uint32 `json:"uid"`
+	Program string `json:"program"`
+	Class   string `json:"class"` // "": not a CGI request
+	State   string `json:"state"`
+	Reads   int    `json:"reads"`
 }
 
 // Party is a process holding or waiting for a lock. PID and Cmdline are
@@ -102,7 +117,27 @@ func (s *Server) Status() Status {
 		st.Locks = append(st.Locks, ls)
 	}
 	st.Sessions = r.sessions(byIno, now)
+	st.Classes = r.classes()
 	return st
+}
+
+// classes lists the request classes of the learned pairs.
+func (r *root) classes() []ClassStatus {
+	out := []ClassStatus{}
+	if r.rmw == nil {
+		return out
+	}
+	for _, c := range r.rmw.classes.List() {
+		cs := ClassStatus{Path: c.Pair.Path, UID: c.Pair.UID, Program: c.Pair.Cmd, Class: c.Features, State: "learning", Reads: c.Reads}
+		switch {
+		case c.Wrote:
+			cs.State = "writes"
+		case c.ReadOnly:
+			cs.State = "read-only"
+		}
+		out = append(out, cs)
+	}
+	return out
 }
 
 // sessions lists the sessions of every user's table, by path.

@@ -305,3 +305,82 @@ func TestSnapshot(t *testing.T) {
 	}
 	s.End()
 }
+
+// TestClassJudgedReadOnly: a class is judged read-only after
+// ReadOnlyAfter sessions ended without a write (one that wrote does not
+// count), which lets its waiters go without a session, the first in the
+// queue included; a write makes it a writing class for good.
+func TestClassJudgedReadOnly(t *testing.T) {
+	cs := NewClasses()
+	p := Pair{33, "data/bbs.txt", "/usr/bin/perl /cgi/bbs.pl"}
+	get, post := cs.Get(p, "GET"), cs.Get(p, "POST")
+	if cs.Get(p, "GET") != get || get == post {
+		t.Fatal("Get does not keep one class per features")
+	}
+	tb := New(long)
+	s, _ := enter(t, tb, 1, 10, long)
+	s.SetClass(post)
+	s.MarkWrote()
+	s.End()
+	for pid := int32(20); pid < 20+ReadOnlyAfter-1; pid++ {
+		s, _ := enter(t, tb, 1, pid, long)
+		s.SetClass(get)
+		s.End()
+	}
+	if get.ReadOnly() || post.ReadOnly() {
+		t.Fatal("judged too early")
+	}
+	// The last session before the judgement, with two waiters of the
+	// class queued: its end lets both go.
+	last, _ := enter(t, tb, 1, 30, long)
+	last.SetClass(get)
+	outs := make(chan Outcome, 2)
+	for pid := int32(31); pid <= 32; pid++ {
+		go func() {
+			s, out, _ := tb.EnterUnless(context.Background(), 1, pid, nil, long, get.Judged())
+			if s != nil {
+				t.Errorf("pid %d got a session (%v)", pid, out)
+			}
+			outs <- out
+		}()
+		for tb.Waiting(1) != int(pid-30) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	last.End()
+	for range 2 {
+		if out := <-outs; out != Unneeded {
+			t.Fatalf("waiter: %v, want Unneeded", out)
+		}
+	}
+	if !get.ReadOnly() || post.ReadOnly() || tb.Len() != 0 {
+		t.Fatalf("GET read-only %v, POST read-only %v, %d sessions left", get.ReadOnly(), post.ReadOnly(), tb.Len())
+	}
+	if _, out, _ := tb.EnterUnless(context.Background(), 1, 40, nil, long, get.Judged()); out != Took {
+		t.Fatalf("no session held: %v, want Took", out)
+	}
+	if !get.Wrote() || get.ReadOnly() || get.Judged() != nil {
+		t.Fatal("a write does not end the judgement")
+	}
+	if get.Wrote() {
+		t.Fatal("a writing class reported read-only")
+	}
+}
+
+// TestClassesBounded: past MaxClasses classes of a pair, or with long
+// features, Get returns nil; another pair still gets classes.
+func TestClassesBounded(t *testing.T) {
+	cs := NewClasses()
+	p := Pair{33, "a", "c"}
+	for i := range MaxClasses {
+		if cs.Get(p, strconv.Itoa(i)) == nil {
+			t.Fatalf("class %d refused", i)
+		}
+	}
+	if cs.Get(p, "one more") != nil || cs.Get(Pair{33, "b", "c"}, strings.Repeat("x", MaxFeatures+1)) != nil {
+		t.Fatal("not bounded")
+	}
+	if cs.Get(Pair{33, "b", "c"}, "GET") == nil || len(cs.List()) != MaxClasses+1 {
+		t.Fatal("another pair refused")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/safefs/safefs/fs"
+	"github.com/safefs/safefs/rmw"
 )
 
 // printStatus writes the human-readable form of a status.
@@ -32,6 +33,20 @@ func printStatus(out io.Writer, st *fs.Status) {
 		for i, p := range s.Waiters {
 			fmt.Fprintf(w, "    waiter %d\t%s\twaiting %.1fs\t%s\n", i+1, who(p), p.For, p.Cmdline)
 		}
+	}
+	if len(st.Classes) > 0 {
+		fmt.Fprintf(w, "rmw request classes: %d\n", len(st.Classes))
+	}
+	for _, c := range st.Classes {
+		class := c.Class
+		if class == "" {
+			class = "(any)"
+		}
+		state := c.State
+		if state == "learning" {
+			state = fmt.Sprintf("learning (%d of %d read-only)", c.Reads, rmw.ReadOnlyAfter)
+		}
+		fmt.Fprintf(w, "  %s\tuid %d\t%s\t%s\t%s\n", c.Path, c.UID, class, state, c.Program)
 	}
 	fmt.Fprintf(w, "open writers: %d\n", len(st.Writers))
 	for _, wr := range st.Writers {

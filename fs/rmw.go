@@ -388,6 +388,12 @@ func (h *handle) rmwCommitted() {
 		return
 	}
 	if s == h.rmw.sess || uint32(s.Holder) == h.tid || uint32(s.Holder) == h.closer {
+		// A write that came through a handle opened outside the session
+		// (a create) still makes its class a writing one.
+		if c := s.Class(); c != nil {
+			c.Wrote()
+		}
+		s.MarkWrote()
 		s.End()
 	}
 }

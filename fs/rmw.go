@@ -355,8 +355,10 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
 		return
 	}
-	if holdsLock(pid) {
-		x.locking.add(p, now)
+	if held, known := holdsLock(pid); held {
+		if known {
+			x.locking.add(p, now)
+		}
 		return
 	}
 	if !x.learned.Add(p) {

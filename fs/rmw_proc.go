@@ -126,10 +126,32 @@ func cmdline(pid uint32) string {
 
 // holdsLock reports whether process pid holds a flock, POSIX or OFD
 // lock on any file: /proc/<pid>/fdinfo lists the locks each descriptor
-// owns. Read only for a learning candidate, never per open. Unknown
-// counts as holding one (nothing is learned).
-func holdsLock(pid uint32) bool {
-	return anyFdinfo(pid, true, fdHoldsLock)
+// owns. Read only for a learning candidate, never per open, and so
+// bounded by rmwProcWait, not procWait: a JVM's few dozen descriptors
+// on a loaded machine took longer than procWait. known is false when
+// it could not be told (nothing is learned from this request, and
+// nothing is remembered either).
+func holdsLock(pid uint32) (held, known bool) {
+	const unknown = -1
+	switch rmwBounded(unknown, func() int {
+		dir := pidPath(pid, "fdinfo")
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return unknown
+		}
+		for _, e := range ents {
+			if fdHoldsLock(dir + "/" + e.Name()) {
+				return 1
+			}
+		}
+		return 0
+	}) {
+	case 0:
+		return false, true
+	case 1:
+		return true, true
+	}
+	return true, false
 }
 
 func fdHoldsLock(p string) bool {

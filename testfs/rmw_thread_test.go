@@ -82,8 +82,10 @@ func TestRMWServletThreads(t *testing.T) {
 			file := newCounter(t, www, dir, "count.txt")
 			start := 0
 			if auto {
-				servlet(t, www, classes, file, 1, 1) // the learning request
-				require.Equal(t, 1, logs.FilterMessageSnippet("rmw: learned a").FilterField(zap.String("path", "data/count.txt")).Len())
+				learned := func() int {
+					return logs.FilterMessageSnippet("rmw: learned a").FilterField(zap.String("path", "data/count.txt")).Len()
+				}
+				start = learnWith(t, learned, func() { servlet(t, www, classes, file, 1, 1) })
 				stored, err := os.ReadFile(m.BackingPath(fs.InternalDir, "rmw-learned"))
 				require.NoError(t, err)
 				java, err := exec.LookPath("java")
@@ -91,7 +93,6 @@ func TestRMWServletThreads(t *testing.T) {
 				java, err = filepath.EvalSymlinks(java)
 				require.NoError(t, err)
 				assert.Contains(t, string(stored), `"`+java+" "+classes+`"`, "the JVM is learned by its class path")
-				start = 1
 			}
 			out := servlet(t, www, classes, file, servletThreads, servletRounds)
 			assertNoAnomalies(t, []string{out})
@@ -116,7 +117,7 @@ func TestRMWPythonThreads(t *testing.T) {
 		auto       bool
 	}{{"glob", "counter", false}, {"auto", "counter", true}, {"family", "family", false}} {
 		t.Run(c.name, func(t *testing.T) {
-			m, www, dir, _ := rmwSetup(t, func(o *fs.Options) {
+			m, www, dir, logs := rmwSetup(t, func(o *fs.Options) {
 				o.RMWWait, o.RMWHold = exactWait, forever
 				if c.auto {
 					o.RMWAuto = true
@@ -127,8 +128,8 @@ func TestRMWPythonThreads(t *testing.T) {
 			file := newCounter(t, www, dir, "count.txt")
 			start := 0
 			if c.auto {
-				pythonThreads(t, www, c.mode, file, "1", "1") // the learning request
-				start = 1
+				learned := func() int { return logs.FilterMessageSnippet("rmw: learned a").Len() }
+				start = learnWith(t, learned, func() { pythonThreads(t, www, c.mode, file, "1", "1") })
 			}
 			const threads, rounds = 8, 25
 			out := pythonThreads(t, www, c.mode, file, strconv.Itoa(threads), strconv.Itoa(rounds))
@@ -137,6 +138,26 @@ func TestRMWPythonThreads(t *testing.T) {
 			requireNoGiveUp(t, m)
 		})
 	}
+}
+
+// learnWith runs one learning request, and another if it was not
+// learned (learning reads /proc within a bound, and learns nothing from
+// a request it could not tell about: a loaded machine may need a
+// second), up to three; it returns the requests run.
+func learnWith(t *testing.T, learned func() int, request func()) int {
+	t.Helper()
+	for n := 1; n <= 3; n++ {
+		request()
+		if learned() > 0 {
+			if n > 1 {
+				t.Logf("learned at the %d-th request", n)
+			}
+			require.Equal(t, 1, learned(), "learned once")
+			return n
+		}
+	}
+	t.Fatal("not learned in 3 requests")
+	return 0
 }
 
 func pythonThreads(t *testing.T, www Cred, args ...string) string {

@@ -162,7 +162,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	defer n.openDone(tid)
 	// A session is waited for before the version is opened, so the
 	// opener reads what the previous holder committed.
-	sess := n.rmwEnter(ctx)
+	sess := n.rmwEnter(ctx, flags)
 	if err := n.r.takeFile(ctx); err != nil {
 		sess.Close()
 		return nil, 0, n.errno(err)

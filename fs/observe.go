@@ -224,6 +224,9 @@ type Gauges struct {
 	// meanwhile are counted until the next mount. Bytes are disk use.
 	RejectedFiles int64
 	RejectedBytes int64
+	// RMWHeld: read-modify-write sessions held; RMWWaiting: opens
+	// waiting for one.
+	RMWHeld, RMWWaiting int
 }
 
 // Gauges reads the mount's levels. It never waits for a request: a handle
@@ -243,6 +246,12 @@ func (s *Server) Gauges() Gauges {
 	r.kept.mu.Lock()
 	g.RejectedFiles, g.RejectedBytes = r.kept.files, r.kept.all
 	r.kept.mu.Unlock()
+	if x := r.rmw; x != nil {
+		for _, t := range x.allTables() {
+			g.RMWHeld += t.Len()
+			g.RMWWaiting += t.Waiters()
+		}
+	}
 	return g
 }
 

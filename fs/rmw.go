@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -13,10 +14,12 @@ import (
 	"github.com/safefs/safefs/rmw"
 )
 
-// Read-modify-write sessions (docs/design.md, "Read-modify-write sessions"). A
-// selected file's first open by a process takes a session on it, and
-// other processes' opens wait for it: so an unlocked counter's read and
-// its rewrite are not interleaved with another's. Sessions are kept in a
+// Read-modify-write sessions (docs/sessions.md). A selected file's
+// first open by a thread takes a session on it, and other threads'
+// opens wait for it, those of the holder's own process too (a servlet's
+// request threads): so an unlocked counter's read and its rewrite are
+// not interleaved with another's. Child processes of the holder's
+// process join its session (a shell script's cat). Sessions are kept in a
 // table of their own, not in the commit lock: a commit never waits for
 // a session, so a process outside every session (it opened before the
 // file was selected, or gave up waiting) commits exactly as before.
@@ -31,6 +34,7 @@ type rmwState struct {
 	globs   rmw.Globs
 	auto    bool
 	learned *rmw.Learned
+	classes *rmw.Classes // of the learned pairs' requests
 	reads   *rmw.Reads
 	exits   *exitWatch
 	saveMu  sync.Mutex
@@ -48,6 +52,13 @@ func (x *rmwState) table(uid uint32) *rmw.Table {
 		x.tables[uid] = t
 	}
 	return t
+}
+
+// allTables are the users' session tables.
+func (x *rmwState) allTables() map[uint32]*rmw.Table {
+	x.tablesM.Lock()
+	defer x.tablesM.Unlock()
+	return maps.Clone(x.tables)
 }
 
 // lockingPairs remembers, for a while, the (file, program) pairs seen
@@ -96,10 +107,15 @@ func (r *root) rmwStart() error {
 		return err
 	}
 	x := &rmwState{hold: o.RMWHold, tables: map[uint32]*rmw.Table{}, globs: o.RMWGlobs, auto: o.RMWAuto,
-		learned: rmw.NewLearned(), reads: rmw.NewReads(rmwReadKeep), exits: ex}
+		learned: rmw.NewLearned(), classes: rmw.NewClasses(), reads: rmw.NewReads(rmwReadKeep), exits: ex}
 	if o.RMWAuto {
 		x.learned = r.loadLearned()
 	}
+	x.classes.OnJudged(func(c *rmw.Class) {
+		r.log.Info("rmw: a request class is judged read-only: its read-only opens take no session",
+			zap.String("path", logPath(c.Pair.Path)), zap.String("program", c.Pair.Cmd), zap.Uint32("uid", c.Pair.UID),
+			zap.String("class", c.Features), zap.Int("sessions_without_a_write", rmw.ReadOnlyAfter))
+	})
 	r.rmw = x
 	r.log.Info("rmw sessions on", zap.Bool("auto", x.auto), zap.Strings("globs", x.globs),
 		zap.Duration("rmw_hold", o.RMWHold), zap.Duration("rmw_wait", o.RMWWait), zap.Int("learned", x.learned.Len()))
@@ -119,27 +135,56 @@ type rmwHandle struct {
 	tried bool         // the learning check ran for it
 }
 
-// rmwEnter gives the caller a session on n if n is selected for it,
-// waiting for another process's session if need be. nil: no session.
-func (n *Node) rmwEnter(ctx context.Context) *rmw.Session {
+// rmwEnter gives the calling thread a session on n if n is selected for
+// it, waiting for another thread's session if need be; an open for
+// reading by a request of a class judged read-only takes none. nil: no
+// session.
+func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 	x := n.r.rmw
 	if x == nil {
 		return nil
 	}
 	c, ok := fuse.FromContext(ctx)
-	if !ok || c.Pid == 0 {
+	tid := callerTid(ctx)
+	if !ok || tid == 0 {
 		return nil
 	}
-	pid, sel := n.rmwSelected(c.Pid, c.Uid)
+	_, sel, cls := n.rmwSelected(tid, c.Uid)
 	if !sel {
 		return nil
 	}
-	s, out, other := x.table(c.Uid).Enter(ctx, n.f.ino, int32(pid), isFamily, n.r.opts.RMWWait)
+	var unneeded <-chan struct{}
+	switch {
+	case cls == nil:
+	case isWrite(flags):
+		if cls.Wrote() {
+			n.r.log.Warn("rmw: a request class judged read-only opened the file for writing: its requests take sessions again",
+				zap.String("path", logPath(cls.Pair.Path)), zap.String("program", cls.Pair.Cmd), zap.Uint32("uid", cls.Pair.UID),
+				zap.String("class", cls.Features), zap.Uint32("pid", tgidOf(tid)))
+		}
+	case cls.ReadOnly():
+		n.r.count.rmwReadOnly.Add(1)
+		return nil
+	default:
+		unneeded = cls.Judged() // a wait ends when the class is judged read-only
+	}
+	// The session is the calling thread's: FUSE requests carry it.
+	start := time.Now()
+	s, out, other := x.table(c.Uid).EnterUnless(ctx, n.f.ino, int32(tid), isFamily, n.r.opts.RMWWait, unneeded)
+	if out.Waited() {
+		n.r.count.rmwWaitNanos.Add(int64(time.Since(start)))
+	}
 	if s != nil && (out == rmw.Took || out == rmw.Granted) && !n.rmwClusterLock(s, c.Uid) {
 		s.End() // no cluster lock within rmw_wait: no session, as after a local wait
 		s, out = nil, rmw.GaveUp
 	}
-	n.r.rmwCount(n, out, pid, other)
+	if s != nil && (out == rmw.Took || out == rmw.Granted) {
+		s.SetClass(cls)
+	}
+	if s != nil && isWrite(flags) {
+		s.MarkWrote()
+	}
+	n.r.rmwCount(n, out, tid, other)
 	if s != nil && (out == rmw.Took || out == rmw.Granted) {
 		x.exits.watch(s.Holder, s)
 	}
@@ -174,19 +219,20 @@ func rmwLockKey(uid uint32, path string) lockmgr.Key {
 }
 
 // rmwSelected reports whether the opens of n by thread tid of user uid
-// take sessions, and its process. Globs select every process; learned
-// paths only the programs that user was seen running when it did a
-// read-modify-write on them.
-func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool) {
+// take sessions, its process, and for a learned pair the class of the
+// process's request (nil: every open takes a session). Globs select
+// every process; learned paths only the programs that user was seen
+// running when it did a read-modify-write on them.
+func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool, *rmw.Class) {
 	x := n.r.rmw
 	paths := n.names()
 	for _, p := range paths {
 		if x.globs.Match(p) {
-			return rmwTgid(tid), true
+			return rmwTgid(tid), true, nil
 		}
 	}
 	if !x.auto {
-		return 0, false
+		return 0, false, nil
 	}
 	for _, p := range paths {
 		if x.learned.HasPath(uid, p) {
@@ -194,11 +240,17 @@ func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool) {
 			// session costs a reader time (its user's only), a
 			// missed one an increment.
 			pid := rmwTgid(tid)
-			cmd := program(pid)
-			return pid, cmd == "" || x.learned.Has(rmw.Pair{UID: uid, Path: p, Cmd: cmd})
+			pair := rmw.Pair{UID: uid, Path: p, Cmd: program(pid)}
+			if pair.Cmd == "" {
+				return pid, true, nil
+			}
+			if !x.learned.Has(pair) {
+				return pid, false, nil
+			}
+			return pid, true, x.classes.Get(pair, requestFeatures(pid))
 		}
 	}
-	return 0, false
+	return 0, false, nil
 }
 
 // names are n's paths below the mount root.
@@ -210,7 +262,7 @@ func (n *Node) names() []string {
 	return out
 }
 
-func (r *root) rmwCount(n *Node, out rmw.Outcome, pid uint32, other int32) {
+func (r *root) rmwCount(n *Node, out rmw.Outcome, tid uint32, other int32) {
 	c := &r.count
 	switch out {
 	case rmw.Took:
@@ -220,25 +272,30 @@ func (r *root) rmwCount(n *Node, out rmw.Outcome, pid uint32, other int32) {
 		c.rmwWaits.Add(1)
 	case rmw.Cycle:
 		c.rmwCycles.Add(1)
-		r.rmwWarn("rmw: waiting would close a cycle: opened without a session", n, pid, other)
+		r.rmwWarn("rmw: waiting would close a cycle: opened without a session", n, tid, other)
 	case rmw.GaveUp:
 		c.rmwWaits.Add(1)
 		c.rmwGaveUp.Add(1)
-		r.rmwWarn("rmw: waited rmw_wait for another process's session: opened without one", n, pid, other)
+		r.rmwWarn("rmw: waited rmw_wait for another thread's session: opened without one", n, tid, other)
 	case rmw.Stopped:
 		c.rmwWaits.Add(1)
+	case rmw.Unneeded:
+		c.rmwWaits.Add(1)
+		c.rmwReadOnly.Add(1)
 	}
 }
 
-// rmwWarn logs one line naming the path and both processes.
-func (r *root) rmwWarn(msg string, n *Node, pid uint32, other int32) {
+// rmwWarn logs one line naming the path and both threads with their
+// processes.
+func (r *root) rmwWarn(msg string, n *Node, tid uint32, other int32) {
 	ok, skipped := r.rmw.warnLog.allow()
 	if !ok {
 		return
 	}
+	pid, holder := tgidOf(tid), int32(tgidOf(uint32(other)))
 	r.log.Warn(msg, zap.String("path", logPath(n.path())),
-		zap.Uint32("pid", pid), zap.String("cmdline", cmdline(pid)),
-		zap.Int32("holder_pid", other), zap.String("holder_cmdline", cmdline(uint32(other))),
+		zap.Uint32("pid", pid), zap.Uint32("tid", tid), zap.String("cmdline", cmdline(pid)),
+		zap.Int32("holder_pid", holder), zap.Int32("holder_tid", other), zap.String("holder_cmdline", cmdline(uint32(holder))),
 		zap.Int("not_logged_before", skipped))
 }
 
@@ -257,11 +314,14 @@ func (n *Node) rmwOpened(h *handle, s *rmw.Session, flags uint32) {
 	if !x.auto || h.tgid == 0 {
 		return
 	}
+	// A read and a write by one thread: only then can a thread's
+	// session serialize them (a pool thread that writes what another
+	// read is not learned from).
 	if !isWrite(flags) {
-		x.reads.Note(n.f.ino, int32(h.tgid))
+		x.reads.Note(n.f.ino, int32(h.tid))
 		return
 	}
-	if s == nil && x.reads.Read(n.f.ino, int32(h.tgid)) {
+	if s == nil && x.reads.Read(n.f.ino, int32(h.tid)) {
 		h.rmw.tried = true
 		n.r.rmwLearn(n, h.tgid, h.uid)
 	}
@@ -295,12 +355,17 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
 		return
 	}
-	if holdsLock(pid) {
-		x.locking.add(p, now)
+	if held, known := holdsLock(pid); held {
+		if known {
+			x.locking.add(p, now)
+		}
 		return
 	}
 	if !x.learned.Add(p) {
 		return
+	}
+	if c := x.classes.Get(p, requestFeatures(pid)); c != nil {
+		c.Wrote() // the learning request's class writes
 	}
 	r.log.Info("rmw: learned a read-modify-write without a lock: its opens of this file take sessions",
 		zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd), zap.Uint32("uid", uid), zap.Uint32("pid", pid))
@@ -311,9 +376,10 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	r.saveLearned(x)
 }
 
-// rmwCommitted ends the session a commit of h completes: the holder's
-// (or its family's, through a handle opened in the session) first
-// commit of the file.
+// rmwCommitted ends the session a commit of h completes: the holder
+// thread's (or its family's, through a handle opened in the session)
+// first commit of the file. Another thread's commit of a handle it
+// opened outside the session does not end it.
 func (h *handle) rmwCommitted() {
 	x := h.n.r.rmw
 	if x == nil {
@@ -323,7 +389,13 @@ func (h *handle) rmwCommitted() {
 	if s == nil {
 		return
 	}
-	if s == h.rmw.sess || uint32(s.Holder) == h.tgid || uint32(s.Holder) == h.closer {
+	if s == h.rmw.sess || uint32(s.Holder) == h.tid || uint32(s.Holder) == h.closer {
+		// A write that came through a handle opened outside the session
+		// (a create) still makes its class a writing one.
+		if c := s.Class(); c != nil {
+			c.Wrote()
+		}
+		s.MarkWrote()
 		s.End()
 	}
 }

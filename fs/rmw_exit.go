@@ -9,9 +9,9 @@ import (
 	"github.com/safefs/safefs/rmw"
 )
 
-// exitWatch ends sessions when their holders exit, through one epoll of
-// pidfds (a pidfd is readable once its process has exited; a pid could
-// be reused).
+// exitWatch ends sessions when their holder threads exit, through one
+// epoll of pidfds (a pidfd is readable once its thread, with
+// PIDFD_THREAD, or its process has exited; an id could be reused).
 type exitWatch struct {
 	ep, wake int
 	mu       sync.Mutex
@@ -48,7 +48,8 @@ func newExitWatch() (*exitWatch, error) {
 	return w, nil
 }
 
-// watch ends s when pid exits; at once if it is gone already.
+// watch ends s when thread pid exits (before Linux 6.9, which has no
+// PIDFD_THREAD: when its process exits); at once if it is gone already.
 func (w *exitWatch) watch(pid int32, s *rmw.Session) {
 	w.mu.Lock()
 	if p := w.procs[pid]; p != nil {
@@ -62,7 +63,12 @@ func (w *exitWatch) watch(pid int32, s *rmw.Session) {
 		w.mu.Unlock()
 		return
 	}
-	fd, err := unix.PidfdOpen(int(pid), 0)
+	fd, err := unix.PidfdOpen(int(pid), unix.PIDFD_THREAD)
+	if err == unix.EINVAL {
+		if tgid := tgidOf(uint32(pid)); tgid != 0 {
+			fd, err = unix.PidfdOpen(int(tgid), 0)
+		}
+	}
 	if err == nil {
 		unix.CloseOnExec(fd)
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -30,6 +31,11 @@ type Stats struct {
 	RMWWaits    int64 `json:"rmw_waits"`
 	RMWCycles   int64 `json:"rmw_cycles"`
 	RMWGaveUp   int64 `json:"rmw_gave_up"`
+	// RMWWaitNanos: time opens spent waiting for sessions, in all.
+	RMWWaitNanos int64 `json:"rmw_wait_ns"`
+	// RMWReadOnly: read-only opens of a learned program that took no
+	// session, their request class being judged read-only.
+	RMWReadOnly int64 `json:"rmw_readonly_opens"`
 	// Passthrough (option passthrough=read): opens whose reads and maps
 	// the kernel served from the version's backing file, and opens that
 	// got that backing only for their maps (a writer or a reader of
@@ -48,6 +54,7 @@ type counters struct {
 	commits, rejected, killed, dropped, tooManyFiles, noSpace atomic.Int64
 	unlockCommits                                             atomic.Int64
 	rmwSessions, rmwWaits, rmwCycles, rmwGaveUp               atomic.Int64
+	rmwWaitNanos, rmwReadOnly                                 atomic.Int64
 	passthrough, passthroughDirect                            atomic.Int64
 	passthroughWrite, passthroughCopied                       atomic.Int64
 	versionFd                                                 atomic.Int64 // opens that took a node's descriptor (readerfd.go); tests only
@@ -58,7 +65,7 @@ func (c *counters) snapshot() Stats {
 		UnlockCommits: c.unlockCommits.Load(),
 		Dropped:       c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load(),
 		RMWSessions: c.rmwSessions.Load(), RMWWaits: c.rmwWaits.Load(), RMWCycles: c.rmwCycles.Load(), RMWGaveUp: c.rmwGaveUp.Load(),
-		Passthrough: c.passthrough.Load(), PassthroughDirect: c.passthroughDirect.Load(),
+		RMWWaitNanos: c.rmwWaitNanos.Load(), RMWReadOnly: c.rmwReadOnly.Load(), Passthrough: c.passthrough.Load(), PassthroughDirect: c.passthroughDirect.Load(),
 		PassthroughWrite: c.passthroughWrite.Load(), PassthroughCopied: c.passthroughCopied.Load()}
 }
 
@@ -76,6 +83,7 @@ func (r *root) logStats() {
 		zap.Int64("too_many_files", st.TooManyFiles), zap.Int64("no_space", st.NoSpace),
 		zap.Int64("rmw_sessions", st.RMWSessions), zap.Int64("rmw_waits", st.RMWWaits),
 		zap.Int64("rmw_cycles_broken", st.RMWCycles), zap.Int64("rmw_waits_given_up", st.RMWGaveUp),
+		zap.Duration("rmw_waited", time.Duration(st.RMWWaitNanos)), zap.Int64("rmw_readonly_opens", st.RMWReadOnly),
 		zap.Int64("passthrough", st.Passthrough), zap.Int64("passthrough_direct", st.PassthroughDirect),
 		zap.Int64("passthrough_write", st.PassthroughWrite), zap.Int64("passthrough_copied", st.PassthroughCopied))
 }

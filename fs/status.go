@@ -17,7 +17,11 @@ type Status struct {
 	Locks      []LockStatus   `json:"locks"`          // files whose commit lock is held
 	Writers    []WriterStatus `json:"writers"`        // handles open for writing
 	Rejected   []KeptFile     `json:"rejected"`       // what rejected/ holds
-	Counters   Stats          `json:"counters"`
+	// Sessions are the read-modify-write sessions held (rmw option);
+	// Classes the request classes of the learned programs (rmw=auto).
+	Sessions []SessionStatus `json:"rmw_sessions"`
+	Classes  []ClassStatus   `json:"rmw_classes"`
+	Counters Stats           `json:"counters"`
 }
 
 // LockStatus is one held commit lock, its holder and its waiters in the
@@ -28,10 +32,33 @@ type LockStatus struct {
 	Waiters []Party `json:"waiters"`
 }
 
+// SessionStatus is one read-modify-write session: the file, its
+// holder and the opens waiting for it, in the order they will be served.
+type SessionStatus struct {
+	Path    string  `json:"path"`
+	Holder  Party   `json:"holder"`
+	Open    int     `json:"open"` // opens under it; 0: only rmw_hold keeps it
+	Waiters []Party `json:"waiters"`
+}
+
+// ClassStatus is one request class of a learned (file, program) pair:
+// "writes" (its requests take sessions), "read-only" (its read-only
+// opens take none), or "learning" (sessions, Reads of ReadOnlyAfter
+// ended without a write so far).
+type ClassStatus struct {
+	Path    string `json:"path"`
+	UID     uint32 `json:"uid"`
+	Program string `json:"program"`
+	Class   string `json:"class"` // "": not a CGI request
+	State   string `json:"state"`
+	Reads   int    `json:"reads"`
+}
+
 // Party is a process holding or waiting for a lock. PID and Cmdline are
 // 0 and "" for a lock taken by a rename or unlink (no commit).
 type Party struct {
 	PID     uint32  `json:"pid"`
+	TID     uint32  `json:"tid,omitempty"` // sessions: the thread, if not PID
 	UID     uint32  `json:"uid"`
 	Cmdline string  `json:"cmdline"`
 	For     float64 `json:"for_seconds"` // held, or waited, so far
@@ -89,7 +116,59 @@ func (s *Server) Status() Status {
 		}
 		st.Locks = append(st.Locks, ls)
 	}
+	st.Sessions = r.sessions(byIno, now)
+	st.Classes = r.classes()
 	return st
+}
+
+// classes lists the request classes of the learned pairs.
+func (r *root) classes() []ClassStatus {
+	out := []ClassStatus{}
+	if r.rmw == nil {
+		return out
+	}
+	for _, c := range r.rmw.classes.List() {
+		cs := ClassStatus{Path: c.Pair.Path, UID: c.Pair.UID, Program: c.Pair.Cmd, Class: c.Features, State: "learning", Reads: c.Reads}
+		switch {
+		case c.Wrote:
+			cs.State = "writes"
+		case c.ReadOnly:
+			cs.State = "read-only"
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// sessions lists the sessions of every user's table, by path.
+func (r *root) sessions(byIno map[uint64]*file, now time.Time) []SessionStatus {
+	out := []SessionStatus{}
+	if r.rmw == nil {
+		return out
+	}
+	for uid, t := range r.rmw.allTables() {
+		for _, s := range t.Snapshot() {
+			ss := SessionStatus{Path: keyPath(byIno[s.Key], nil), Holder: sessionParty(s.Holder, uid, s.Since, now),
+				Open: s.Open, Waiters: []Party{}}
+			for _, w := range s.Waiters {
+				ss.Waiters = append(ss.Waiters, sessionParty(w.ID, uid, w.Since, now))
+			}
+			out = append(out, ss)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// sessionParty names thread id of user uid, there since since.
+func sessionParty(id int32, uid uint32, since, now time.Time) Party {
+	tid := uint32(id)
+	p := Party{PID: tid, UID: uid, For: now.Sub(since).Seconds()}
+	if pid := tgidOf(tid); pid != 0 && pid != tid {
+		p.PID, p.TID = pid, tid
+	}
+	p.Cmdline = cmdlineOf(p.PID)()
+	return p
 }
 
 func keyPath(f *file, tag any) string {

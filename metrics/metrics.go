@@ -43,6 +43,8 @@ var fromGauges = []struct {
 	name, help string
 	get        func(fs.Gauges) int64
 }{
+	{"safefs_rmw_sessions_held", "Read-modify-write sessions held.", func(g fs.Gauges) int64 { return int64(g.RMWHeld) }},
+	{"safefs_rmw_waiting", "Opens waiting for another's read-modify-write session.", func(g fs.Gauges) int64 { return int64(g.RMWWaiting) }},
 	{"safefs_open_handles", "Files open through the mount.", func(g fs.Gauges) int64 { return int64(g.OpenHandles) }},
 	{"safefs_pending_bytes", "Bytes of pending versions: staging files of open handles.", func(g fs.Gauges) int64 { return g.PendingBytes }},
 	{"safefs_known_files", "Logical files in the daemon's tables: those the kernel has nodes of (falls back when it forgets them).", func(g fs.Gauges) int64 { return int64(g.KnownFiles) }},
@@ -81,6 +83,10 @@ func New() *Metrics {
 	for _, c := range fromStats {
 		m.CounterFunc(c.name, c.help, func() float64 { return float64(m.stats(c.get)) })
 	}
+	m.CounterFunc("safefs_rmw_wait_seconds_total", "Time opens spent waiting for read-modify-write sessions, in all.",
+		func() float64 {
+			return time.Duration(m.stats(func(s fs.Stats) int64 { return s.RMWWaitNanos })).Seconds()
+		})
 	for _, g := range fromGauges {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help},
 			func() float64 { return float64(m.gauge(g.get)) }))

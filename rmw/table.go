@@ -1,15 +1,16 @@
 // Package rmw keeps read-modify-write sessions: per-file exclusive
-// sessions held by a process from its first open of the file until its
+// sessions held by a thread from its first open of the file until its
 // first commit, its exit, or a hold time after its last close. Waiters
 // are served FIFO; a wait that would close a cycle in the wait-for graph
 // is refused at once, and every wait is bounded. Giving up never fails
 // the caller: it proceeds without a session, as on a plain directory.
 //
-// The package has no FUSE dependency: keys are logical files, processes
-// are thread-group ids.
+// The package has no FUSE dependency: keys are logical files, holders
+// and waiters are thread ids (the caller's Family decides who joins).
 package rmw
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -30,7 +31,13 @@ const (
 	// session before: it goes on without one again, at once, so that a
 	// script's later opens of the file do not wait a second time.
 	Passed
+	// Unneeded: the caller's unneeded channel closed while it waited
+	// (its request class was judged read-only): no session.
+	Unneeded
 )
+
+// Waited reports whether the caller waited in Enter for this outcome.
+func (o Outcome) Waited() bool { return o == Granted || o == GaveUp || o == Stopped || o == Unneeded }
 
 // Table holds the sessions of one mount.
 type Table struct {
@@ -41,10 +48,11 @@ type Table struct {
 	waits map[int32][]uint64 // process -> keys it waits for
 }
 
-// Session is one process's exclusive session on one key.
+// Session is one thread's exclusive session on one key.
 type Session struct {
 	Key    uint64
 	Holder int32
+	Since  time.Time // when the holder got it
 
 	t     *Table
 	open  int // handles open under the session (guarded by t.mu)
@@ -55,6 +63,31 @@ type Session struct {
 	// passed: processes that went on without this session (Passed).
 	passed map[int32]bool
 	onEnd  func() // run once, in a goroutine, when the session ends
+	class  *Class // the holder's request class, nil if none
+	wrote  bool   // opened for writing or committed under the session
+}
+
+// SetClass gives the session its holder's request class: a session that
+// ends without MarkWrote counts for judging it read-only.
+func (s *Session) SetClass(c *Class) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	s.class = c
+}
+
+// MarkWrote records that the file was opened for writing, or
+// committed, under the session.
+func (s *Session) MarkWrote() {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	s.wrote = true
+}
+
+// Class is the session's request class, nil if none.
+func (s *Session) Class() *Class {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.class
 }
 
 // OnEnd runs f, in a goroutine, once the session ends (at once if it
@@ -70,9 +103,12 @@ func (s *Session) OnEnd(f func()) {
 }
 
 type waiter struct {
-	pid int32
-	ch  chan struct{} // closed when granted
-	s   *Session      // the session granted
+	pid      int32
+	since    time.Time
+	unneeded <-chan struct{}
+	ch       chan struct{} // closed when granted, or let go (out)
+	s        *Session      // the session granted
+	out      Outcome       // Granted, or Unneeded: let go without one
 }
 
 // New returns a table whose sessions end hold after their last close.
@@ -89,6 +125,12 @@ type Family func(holder, pid int32) bool
 // caller calls Close once for it. holder is the other process involved
 // when the outcome is Cycle or GaveUp.
 func (t *Table) Enter(ctx context.Context, key uint64, pid int32, fam Family, wait time.Duration) (s *Session, out Outcome, holder int32) {
+	return t.EnterUnless(ctx, key, pid, fam, wait, nil)
+}
+
+// EnterUnless is Enter, but a wait also ends, with Unneeded and no
+// session, when unneeded is closed (nil: never).
+func (t *Table) EnterUnless(ctx context.Context, key uint64, pid int32, fam Family, wait time.Duration, unneeded <-chan struct{}) (s *Session, out Outcome, holder int32) {
 	t.mu.Lock()
 	for range 4 {
 		s = t.held[key]
@@ -131,26 +173,34 @@ func (t *Table) Enter(ctx context.Context, key uint64, pid int32, fam Family, wa
 		t.mu.Unlock()
 		return nil, Cycle, s.Holder
 	}
-	w := &waiter{pid: pid, ch: make(chan struct{})}
+	select {
+	case <-unneeded:
+		t.mu.Unlock()
+		return nil, Unneeded, s.Holder
+	default:
+	}
+	w := &waiter{pid: pid, since: time.Now(), unneeded: unneeded, ch: make(chan struct{})}
 	s.queue = append(s.queue, w)
 	t.waits[pid] = append(t.waits[pid], key)
 	t.mu.Unlock()
-	return t.await(ctx, key, w, wait)
+	return t.await(ctx, key, w, wait, unneeded)
 }
 
 // await blocks until w is granted, the wait passes or ctx ends. If the
 // grant and the end come together, the lock decides: still queued means
 // we leave; not queued means the session is ours.
-func (t *Table) await(ctx context.Context, key uint64, w *waiter, wait time.Duration) (*Session, Outcome, int32) {
+func (t *Table) await(ctx context.Context, key uint64, w *waiter, wait time.Duration, unneeded <-chan struct{}) (*Session, Outcome, int32) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	out := GaveUp
 	select {
 	case <-w.ch:
-		return w.s, Granted, 0
+		return w.s, w.out, 0
 	case <-timer.C:
 	case <-ctx.Done():
 		out = Stopped
+	case <-unneeded:
+		out = Unneeded
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -159,11 +209,13 @@ func (t *Table) await(ctx context.Context, key uint64, w *waiter, wait time.Dura
 		if i := slices.Index(s.queue, w); i >= 0 {
 			s.queue = slices.Delete(s.queue, i, i+1)
 			t.unwaitLocked(w.pid, key)
-			s.passLocked(w.pid)
+			if out != Unneeded {
+				s.passLocked(w.pid)
+			}
 			return nil, out, s.Holder
 		}
 	}
-	return w.s, Granted, 0
+	return w.s, w.out, 0
 }
 
 func (s *Session) passLocked(pid int32) {
@@ -174,7 +226,7 @@ func (s *Session) passLocked(pid int32) {
 }
 
 func (t *Table) takeLocked(key uint64, pid int32) *Session {
-	s := &Session{Key: key, Holder: pid, t: t, open: 1}
+	s := &Session{Key: key, Holder: pid, Since: time.Now(), t: t, open: 1}
 	t.held[key] = s
 	return s
 }
@@ -249,6 +301,48 @@ func (t *Table) Waiting(key uint64) int {
 	return 0
 }
 
+// SessionInfo is one session as Snapshot sees it.
+type SessionInfo struct {
+	Key     uint64
+	Holder  int32
+	Since   time.Time
+	Open    int          // opens counted, 0 while only the hold keeps it
+	Waiters []WaiterInfo // in the order they will be served
+}
+
+// WaiterInfo is one opener waiting for a session.
+type WaiterInfo struct {
+	ID    int32
+	Since time.Time
+}
+
+// Snapshot lists the sessions held, by key.
+func (t *Table) Snapshot() []SessionInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]SessionInfo, 0, len(t.held))
+	for _, s := range t.held {
+		h := SessionInfo{Key: s.Key, Holder: s.Holder, Since: s.Since, Open: s.open}
+		for _, w := range s.queue {
+			h.Waiters = append(h.Waiters, WaiterInfo{ID: w.pid, Since: w.since})
+		}
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Waiters is how many opens wait for a session of the table.
+func (t *Table) Waiters() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, s := range t.held {
+		n += len(s.queue)
+	}
+	return n
+}
+
 // Close ends one open counted by Enter. After the last, the session
 // lasts the hold time, unless an open joins it meanwhile. Close of a
 // nil session does nothing.
@@ -301,6 +395,9 @@ func (s *Session) endLocked() {
 	}
 	t := s.t
 	s.ended = true
+	if s.class != nil && !s.wrote {
+		s.class.endedReading()
+	}
 	if s.onEnd != nil {
 		go s.onEnd()
 		s.onEnd = nil
@@ -313,15 +410,35 @@ func (s *Session) endLocked() {
 	if t.held[s.Key] != s {
 		return
 	}
+	// Waiters no longer in need (their class was judged read-only, by
+	// this very end perhaps) are let go, not handed the session.
+	for len(s.queue) > 0 && closed(s.queue[0].unneeded) {
+		w := s.queue[0]
+		s.queue = s.queue[1:]
+		t.unwaitLocked(w.pid, s.Key)
+		w.out = Unneeded
+		close(w.ch)
+	}
 	if len(s.queue) == 0 {
 		delete(t.held, s.Key)
 		return
 	}
 	w := s.queue[0]
+	w.out = Granted
 	next := t.takeLocked(s.Key, w.pid)
 	next.queue = s.queue[1:]
 	s.queue = nil
 	t.unwaitLocked(w.pid, s.Key)
 	w.s = next
 	close(w.ch)
+}
+
+// closed reports whether c is closed (nil never is).
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }

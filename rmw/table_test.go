@@ -287,3 +287,100 @@ func TestReads(t *testing.T) {
 		t.Fatalf("Forget: read %v %v, %d entries, want %d", r.Read(7, 1), r.Read(7, 2), r.n, n-2)
 	}
 }
+
+// TestSnapshot: a held session with its waiters in serving order.
+func TestSnapshot(t *testing.T) {
+	tb := New(long)
+	s, _ := enter(t, tb, 7, 10, long)
+	for pid := int32(11); pid <= 12; pid++ {
+		go enter(t, tb, 7, pid, long)
+		for tb.Waiting(7) != int(pid-10) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	got := tb.Snapshot()
+	if len(got) != 1 || got[0].Key != 7 || got[0].Holder != 10 || got[0].Open != 1 || len(got[0].Waiters) != 2 ||
+		got[0].Waiters[0].ID != 11 || got[0].Waiters[1].ID != 12 || tb.Waiters() != 2 {
+		t.Fatalf("snapshot %+v, waiters %d", got, tb.Waiters())
+	}
+	s.End()
+}
+
+// TestClassJudgedReadOnly: a class is judged read-only after
+// ReadOnlyAfter sessions ended without a write (one that wrote does not
+// count), which lets its waiters go without a session, the first in the
+// queue included; a write makes it a writing class for good.
+func TestClassJudgedReadOnly(t *testing.T) {
+	cs := NewClasses()
+	p := Pair{33, "data/bbs.txt", "/usr/bin/perl /cgi/bbs.pl"}
+	get, post := cs.Get(p, "GET"), cs.Get(p, "POST")
+	if cs.Get(p, "GET") != get || get == post {
+		t.Fatal("Get does not keep one class per features")
+	}
+	tb := New(long)
+	s, _ := enter(t, tb, 1, 10, long)
+	s.SetClass(post)
+	s.MarkWrote()
+	s.End()
+	for pid := int32(20); pid < 20+ReadOnlyAfter-1; pid++ {
+		s, _ := enter(t, tb, 1, pid, long)
+		s.SetClass(get)
+		s.End()
+	}
+	if get.ReadOnly() || post.ReadOnly() {
+		t.Fatal("judged too early")
+	}
+	// The last session before the judgement, with two waiters of the
+	// class queued: its end lets both go.
+	last, _ := enter(t, tb, 1, 30, long)
+	last.SetClass(get)
+	outs := make(chan Outcome, 2)
+	for pid := int32(31); pid <= 32; pid++ {
+		go func() {
+			s, out, _ := tb.EnterUnless(context.Background(), 1, pid, nil, long, get.Judged())
+			if s != nil {
+				t.Errorf("pid %d got a session (%v)", pid, out)
+			}
+			outs <- out
+		}()
+		for tb.Waiting(1) != int(pid-30) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	last.End()
+	for range 2 {
+		if out := <-outs; out != Unneeded {
+			t.Fatalf("waiter: %v, want Unneeded", out)
+		}
+	}
+	if !get.ReadOnly() || post.ReadOnly() || tb.Len() != 0 {
+		t.Fatalf("GET read-only %v, POST read-only %v, %d sessions left", get.ReadOnly(), post.ReadOnly(), tb.Len())
+	}
+	if _, out, _ := tb.EnterUnless(context.Background(), 1, 40, nil, long, get.Judged()); out != Took {
+		t.Fatalf("no session held: %v, want Took", out)
+	}
+	if !get.Wrote() || get.ReadOnly() || get.Judged() != nil {
+		t.Fatal("a write does not end the judgement")
+	}
+	if get.Wrote() {
+		t.Fatal("a writing class reported read-only")
+	}
+}
+
+// TestClassesBounded: past MaxClasses classes of a pair, or with long
+// features, Get returns nil; another pair still gets classes.
+func TestClassesBounded(t *testing.T) {
+	cs := NewClasses()
+	p := Pair{33, "a", "c"}
+	for i := range MaxClasses {
+		if cs.Get(p, strconv.Itoa(i)) == nil {
+			t.Fatalf("class %d refused", i)
+		}
+	}
+	if cs.Get(p, "one more") != nil || cs.Get(Pair{33, "b", "c"}, strings.Repeat("x", MaxFeatures+1)) != nil {
+		t.Fatal("not bounded")
+	}
+	if cs.Get(Pair{33, "b", "c"}, "GET") == nil || len(cs.List()) != MaxClasses+1 {
+		t.Fatal("another pair refused")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -27,6 +28,7 @@ type Perl struct {
 	As     *Cred         // run as this user; nil: as the test
 	Dir    string        // working directory; "": the test's
 	Stdin  string        // fed to the script's standard input
+	Env    []string      // added to the test's environment
 	Limit  time.Duration // kill after this long (a hang); 0: hangLimit
 }
 
@@ -38,6 +40,9 @@ func (p Perl) Command(ctx context.Context) *exec.Cmd {
 	cmd.WaitDelay = 5 * time.Second
 	if p.Stdin != "" {
 		cmd.Stdin = strings.NewReader(p.Stdin)
+	}
+	if p.Env != nil {
+		cmd.Env = append(os.Environ(), p.Env...)
 	}
 	if p.As != nil {
 		AsUser(cmd, *p.As)

@@ -76,6 +76,9 @@ func cell(wl workload, rs map[string]result, t string, cfg config) string {
 	if base, ok := rs[byHandTarget]; ok && base.ran && base.err == nil && base.value > 0 {
 		ratios = append(ratios, "by hand "+ratio(r.value/base.value)+"x")
 	}
+	if base, ok := rs[wl.anchor]; ok && wl.anchor != t && base.ran && base.err == nil && base.value > 0 {
+		ratios = append(ratios, wl.anchor+" "+ratio(r.value/base.value)+"x")
+	}
 	return figure(r.value) + " " + wl.unit + " (" + strings.Join(ratios, ", ") + ")"
 }
 
@@ -99,8 +102,10 @@ func extraRow(wl workload, rs map[string]result, targets []string, cfg config) [
 // errCell names the errno when there is one ("error: ENODEV"): the full
 // error goes to stderr.
 func errCell(err error) string {
-	if errors.Is(err, errNoApache) {
-		return "error: " + errNoApache.Error()
+	for _, tool := range []error{errNoApache, errNoJava} {
+		if errors.Is(err, tool) {
+			return "error: " + tool.Error()
+		}
 	}
 	if errors.Is(err, errTorn) {
 		return "torn"

@@ -31,6 +31,9 @@ type config struct {
 	apacheN      int           // apache requests
 	apachePause  time.Duration // apache: rewriter's pause after each rewrite
 	cgiN         int           // cgi-php-flock requests
+	servletRuns  int           // servlet: requests per thread
+	viewsN       int           // cgi-views: views
+	bbsN         int           // cgi-bbs: requests
 	flockProcs   int           // flock-counter processes
 	flockRuns    int           // flock-counter commits per process
 	writersN     int           // writers-K: commits in all, shared among the K writers
@@ -42,7 +45,7 @@ type config struct {
 
 func (c config) valid() bool {
 	for _, n := range []int64{int64(c.createN), int64(c.rewriteN), int64(c.appendN), int64(c.statN),
-		int64(c.statPasses), int64(c.readN), int64(c.readPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), int64(c.cgiN), c.seqSize, c.mmapSize,
+		int64(c.statPasses), int64(c.readN), int64(c.readPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), int64(c.cgiN), int64(c.servletRuns), int64(c.viewsN), int64(c.bbsN), c.seqSize, c.mmapSize,
 		int64(c.flockProcs), int64(c.flockRuns), int64(c.writersN), int64(c.memFiles), c.memSize} {
 		if n < 1 {
 			return false
@@ -54,7 +57,7 @@ func (c config) valid() bool {
 // shrink divides every count and size by 10, for smoke runs. The counters
 // keep their processes: with fewer there is little race to measure.
 func (c *config) shrink() {
-	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.readN, &c.counterRuns, &c.apacheN, &c.cgiN,
+	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.readN, &c.counterRuns, &c.apacheN, &c.cgiN, &c.servletRuns, &c.viewsN, &c.bbsN,
 		&c.flockRuns, &c.writersN, &c.memFiles} {
 		*n = max(*n/10, 1)
 	}
@@ -98,6 +101,8 @@ type workload struct {
 	safefsOnly bool
 	// text rows show env.extra as their cell: no rate, no ratios.
 	text bool
+	// anchor: a target whose figure the cells are also compared with.
+	anchor string
 }
 
 var workloads = []workload{
@@ -121,6 +126,9 @@ var workloads = []workload{
 	{name: "memory", unit: "MiB", run: memoryRun, safefsOnly: true, text: true},
 	{name: "apache", unit: "req/s", setup: apacheSetup, run: apacheRun, extra: apacheCutTitle},
 	{name: "cgi-php-flock", unit: "req/s", setup: cgiSetup, run: cgiRun},
+	{name: "servlet", unit: "kept", setup: servletSetup, run: servletRun, total: servletTotal, title: servletTitle, extra: servletTimeTitle},
+	{name: "cgi-views", unit: "views/s", setup: bbsSetup, run: viewsRun, title: viewsTitle, anchor: "safefs-rmw-off"},
+	{name: "cgi-bbs", unit: "req/s", setup: bbsSetup, run: mixedRun, title: mixedTitle, extra: mixedPostsTitle, anchor: "safefs-rmw-off"},
 }
 
 var block4k = pattern(4096)

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"time"
 
@@ -50,7 +51,16 @@ type appendPub struct {
 	// newline, so a look for one need not read them again.
 	noNLOf *os.File
 	noNL   int64
+	// soft: the commit in progress is a publish, which a busy lock
+	// does not fail (errPublishLater); later: the last one met it.
+	soft, later bool
 }
+
+// errPublishLater: a publish could not take the file's lock (lock
+// timeout, full wait queue, a cluster's lock service down): its bytes
+// stay pending, and the timer tries again. A close, fsync or unlock
+// commits them, or fails and keeps them in rejected/, as ever.
+var errPublishLater = errors.New("file's lock not taken: publish tried again later")
 
 // publishes reports whether h's pending bytes are appends that are
 // published by lines (h.mu held). Not after an ftruncate or fallocate
@@ -67,9 +77,10 @@ func (h *handle) wroteAppend(pending int64) {
 	if !h.publishes() {
 		return
 	}
-	if _, named := h.n.f.anyName(); pending >= appendPendMax && named {
-		// (An unlinked file keeps its appends pending, as its data.)
-		h.keepErr(h.publishLines(appendPendMax / 2))
+	if _, named := h.n.f.anyName(); pending >= appendPendMax && named && !h.pub.later {
+		// (An unlinked file keeps its appends pending, as its data;
+		// after a busy lock, the timer tries again, not each write.)
+		h.softPublish(appendPendMax / 2)
 	}
 	h.armPublish()
 }
@@ -106,7 +117,23 @@ func (h *handle) publishDue() {
 	if h.closed || h.killed || !h.dirty || !h.publishes() {
 		return
 	}
-	h.keepErr(h.publishLines(0))
+	h.softPublish(0)
+	if h.pub.later {
+		h.armPublish()
+	}
+}
+
+// softPublish is publishLines for the timer and the bound: a lock not
+// taken leaves the bytes pending (later), any other failure is kept
+// for the next close.
+func (h *handle) softPublish(look int64) {
+	h.pub.soft = true
+	err := h.publishLines(look)
+	h.pub.soft = false
+	h.pub.later = errors.Is(err, errPublishLater)
+	if !h.pub.later {
+		h.keepErr(err)
+	}
 }
 
 // keepErr keeps a failed publish's error for the descriptor's next
@@ -308,4 +335,16 @@ func (h *handle) appendAgain() {
 	if h.atEnd && h.stage == nil && len(h.buf) == 0 {
 		h.append, h.atEnd = true, false
 	}
+}
+
+// publishLater logs, within the rejections' bounds, a publish that met
+// a busy lock.
+func (h *handle) publishLater(why error) error {
+	r := h.n.r
+	if ok, skipped := r.rejectLog.allow(); ok {
+		r.log.Warn("appended lines not published yet: the file's lock was not taken; tried again",
+			zap.String("path", logPath(h.n.path())), zap.Error(lockErrno(why)), zap.Uint32("uid", h.uid),
+			zap.Int("not_logged_before", skipped))
+	}
+	return errPublishLater
 }

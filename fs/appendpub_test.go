@@ -2,15 +2,19 @@ package fs
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/lockmgr"
 )
 
 // publishGuard guards a wait for a publish against a hang only.
@@ -185,4 +189,55 @@ func TestAppendPublishForkKilled(t *testing.T) {
 	require.NoError(t, in.Close())
 	require.NoError(t, cmd.Wait())
 	requireFile(t, backing, "old\nchild 1\nchild 2\nchild 3\nparent 1\nparent 2\n")
+}
+
+// A publish that cannot take the file's lock (held by a long commit:
+// here by the test, past lock_timeout) leaves the lines pending and is
+// tried again: nothing goes to rejected/, the appender's close does not
+// fail, and the lines are published once the lock is free.
+func TestAppendPublishLockBusy(t *testing.T) {
+	srv, backing, mnt := mountForTest(t, func(o *Options) {
+		o.AppendPublish, o.LockTimeout = 20*time.Millisecond, 50*time.Millisecond
+	})
+	p := filepath.Join(mnt, "log")
+	f := appender(t, p, "old\n", "")
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Stat(p, &st))
+	held, err := srv.r.locks.Lock(context.Background(), "test", lockmgr.Key{ID: st.Ino})
+	require.NoError(t, err)
+	_, err = f.WriteString("one\n")
+	require.NoError(t, err)
+	// The timer's publish waits at the lock and times out; the next
+	// try is another waiter.
+	first := lockWaiter(t, srv, st.Ino, 0)
+	lockWaiter(t, srv, st.Ino, first)
+	_, err = f.WriteString("two\n")
+	require.NoError(t, err)
+	requireFile(t, backing, "old\n")
+	held.Release()
+	waitContent(t, backing, "old\none\ntwo\n")
+	require.NoError(t, f.Close())
+	requireFile(t, backing, "old\none\ntwo\n")
+	ents, err := os.ReadDir(filepath.Join(backing, InternalDir, "rejected"))
+	require.NoError(t, err)
+	assert.Empty(t, ents, "lines kept in rejected/")
+}
+
+// lockWaiter waits until the lock of the file numbered ino has a waiter
+// other than not, and returns its id.
+func lockWaiter(t *testing.T, srv *Server, ino, not uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(publishGuard)
+	for time.Now().Before(deadline) {
+		for _, k := range srv.r.locks.Snapshot() {
+			for _, w := range k.Waiters {
+				if k.Key == ino && w.ID != not {
+					return w.ID
+				}
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("no publish waited for the file's lock within %v", publishGuard)
+	return 0
 }

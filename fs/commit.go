@@ -34,6 +34,10 @@ func (h *handle) commitLocked() error {
 	key := h.n.lockKey()
 	held, err := r.locks.Lock(ctx, h.who(), key)
 	h.obsLocked()
+	if err != nil && h.pub.soft {
+		h.obs = nil // neither made nor rejected: tried again (appendpub.go)
+		return h.publishLater(err)
+	}
 	if err != nil {
 		return h.reject(err)
 	}

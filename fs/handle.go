@@ -504,7 +504,11 @@ func (h *handle) killedClose(pid uint32) {
 	}
 	h.n.r.count.killed.Add(1)
 	h.obsKilled(pid)
-	h.n.r.log.Info("writer killed by a signal: not committed", zap.String("path", logPath(h.n.path())))
+	msg := "writer killed by a signal: not committed"
+	if h.publishes() {
+		msg = "appender killed by a signal: its partial last line not committed"
+	}
+	h.n.r.log.Info(msg, zap.String("path", logPath(h.n.path())))
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {

@@ -21,7 +21,9 @@ func (h *handle) commit() error {
 	h.notePending()
 	h.obsStart()
 	defer h.obsEnd() // after the lock is released
-	return h.commitLocked()
+	err := h.commitLocked()
+	h.appendAgain()
+	return err
 }
 
 func (h *handle) commitLocked() error {
@@ -32,6 +34,10 @@ func (h *handle) commitLocked() error {
 	key := h.n.lockKey()
 	held, err := r.locks.Lock(ctx, h.who(), key)
 	h.obsLocked()
+	if err != nil && h.pub.soft {
+		h.obs = nil // neither made nor rejected: tried again (appendpub.go)
+		return h.publishLater(err)
+	}
 	if err != nil {
 		return h.reject(err)
 	}
@@ -523,10 +529,12 @@ func (h *handle) pendingAppend() (int64, uint32, error) {
 }
 
 // writeAppend writes the n pending bytes at the end of target (at size).
-// Buffered bytes (at most appendBufMax) are written under f.inPlace, so
-// readers through the mount see all of them or none.
+// Buffered bytes (at most appendBufMax), and staged ones up to
+// appendAtomicMax (an appender's published lines: appendpub.go), are
+// written under f.inPlace, so readers through the mount see all of them
+// or none.
 func (h *handle) writeAppend(target *os.File, size, n int64, g grant, at string) error {
-	if h.stage == nil {
+	if h.stage == nil || n <= appendAtomicMax {
 		h.n.f.inPlace.Lock()
 		defer h.n.f.inPlace.Unlock()
 	}

@@ -86,9 +86,10 @@ type handle struct {
 	// nothing pending, 0 if none (settle).
 	settled atomic.Uint64
 	wb      writeBehind
-	// unlockErr: a commit made at an unlock failed; the next close
-	// reports it (unlock.go).
+	// unlockErr: a commit made at an unlock, or a publish of an
+	// appender's lines, failed; the next close reports it (unlock.go).
 	unlockErr error
+	pub       appendPub // publishing an appender's lines (appendpub.go)
 }
 
 var (
@@ -253,6 +254,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	h.rmwWrite()
 	if h.bufferWrite(data, off) {
 		h.wroteBytes(ctx)
+		h.wroteAppend(int64(len(h.buf)))
 		return uint32(len(data)), 0
 	}
 	if err := h.spill(); err != nil {
@@ -274,6 +276,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if n > 0 {
 		h.wroteBytes(ctx)
 		h.writeBehind(off + int64(n))
+		h.wroteAppend(off + int64(n))
 	}
 	if err != nil {
 		return uint32(max(n, 0)), h.errno(err)
@@ -458,6 +461,14 @@ func (h *handle) flush(ctx context.Context) syscall.Errno {
 	}
 	if h.n.r.opts.KillCheck {
 		if c, ok := fuse.FromContext(ctx); ok && killedBySignal(c.Pid) {
+			if h.publishes() {
+				// A killed appender keeps its complete lines
+				// (appendpub.go); a partial last line is not committed.
+				h.keepErr(h.publishLines(0))
+				if !h.dirty {
+					return 0
+				}
+			}
 			h.killedClose(c.Pid)
 			return 0
 		}
@@ -493,7 +504,11 @@ func (h *handle) killedClose(pid uint32) {
 	}
 	h.n.r.count.killed.Add(1)
 	h.obsKilled(pid)
-	h.n.r.log.Info("writer killed by a signal: not committed", zap.String("path", logPath(h.n.path())))
+	msg := "writer killed by a signal: not committed"
+	if h.publishes() {
+		msg = "appender killed by a signal: its partial last line not committed"
+	}
+	h.n.r.log.Info(msg, zap.String("path", logPath(h.n.path())))
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -525,6 +540,7 @@ func (h *handle) close() {
 	if h.closed {
 		return
 	}
+	h.stopPublish()
 	h.discard()
 	h.rmwClose()
 	h.n.f.dropHandle(h)

@@ -75,6 +75,12 @@ type Options struct {
 	// (1 s): a name made directly in BACKING shows within that. Not in a
 	// cluster.
 	AbsentCache bool
+	// AppendPublish: the complete lines an O_APPEND descriptor writes are
+	// published at most this long after they are written while it stays
+	// open, and kept when its process is killed by a signal
+	// (appendpub.go, docs/appenders.md); 0: published only at close,
+	// fsync and unlock, and a killed appender keeps nothing unpublished.
+	AppendPublish time.Duration
 }
 
 // DefaultOptions are the documented defaults of `safefs mount`.
@@ -91,6 +97,8 @@ func DefaultOptions() Options {
 		VersionCache: true,
 		Passthrough:  true,
 		AbsentCache:  true,
+
+		AppendPublish: time.Second,
 	}
 }
 

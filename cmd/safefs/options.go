@@ -86,6 +86,9 @@ var mountOptions = []mountOption{
 	{name: "kill_check", value: "on|off", help: "a writer killed by a signal does not commit",
 		show: func(c mountConfig) string { return onOff(c.fs.KillCheck) },
 		set:  setKillCheck},
+	{name: "append_publish", value: "DURATION|off", help: "the complete lines an O_APPEND descriptor writes are published (visible to other processes, and kept if its process is killed) at most this long after they are written, while it stays open; a partial last line waits for its newline, a close, fsync or unlock; off: only at close, fsync and unlock, and an appender killed by a signal keeps nothing it had not published (Go duration, at most 1h)",
+		show: func(c mountConfig) string { return durationOrOff(c.fs.AppendPublish) },
+		set:  setAppendPublish},
 	{name: "max_files_per_user", value: "N", help: "files one non-root uid may hold open through the mount (EMFILE beyond); 0: half of what the descriptor limit allows",
 		show: func(c mountConfig) string { return strconv.Itoa(c.fs.MaxFilesPerUser) },
 		set:  setMaxFilesPerUser},
@@ -187,6 +190,27 @@ func setLockTimeout(c *mountConfig, v string) error {
 	}
 	c.fs.LockTimeout = d
 	return nil
+}
+
+// setAppendPublish sets append_publish: a delay, or off (0 too).
+func setAppendPublish(c *mountConfig, v string) error {
+	if v == "off" || v == "0" {
+		c.fs.AppendPublish = 0
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > time.Hour {
+		return errors.New("want off or a Go duration from 1ms to 1h, such as 1s or 500ms")
+	}
+	c.fs.AppendPublish = d
+	return nil
+}
+
+func durationOrOff(d time.Duration) string {
+	if d <= 0 {
+		return "off"
+	}
+	return d.String()
 }
 
 func setDuration(dst *time.Duration, v string) error {

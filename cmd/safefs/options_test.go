@@ -72,6 +72,9 @@ func TestParseMountArgs(t *testing.T) {
 			c.fs.VersionCache, c.fs.Passthrough = false, false
 		}},
 		{"cache version locks daemon", "-o cache=version,locks=daemon b m", func(c *mountConfig) { c.given.cache = true }},
+		{"append_publish", "-o append_publish=250ms b m", func(c *mountConfig) { c.fs.AppendPublish = 250 * time.Millisecond }},
+		{"append_publish off", "-o append_publish=off b m", func(c *mountConfig) { c.fs.AppendPublish = 0 }},
+		{"append_publish 0", "-o append_publish=0 b m", func(c *mountConfig) { c.fs.AppendPublish = 0 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +102,7 @@ func TestParseMountArgsErrors(t *testing.T) {
 		"-o locks=kernel b m", "-o cache=version,locks=kernel,lose_updates_on_unlock b m",
 		"-o passthrough=write,cache=direct b m", "-o passthrough=write,locks=kernel,lose_updates_on_unlock b m",
 		"-o passthrough=write,cluster=etcd,etcd=http://127.0.0.1:1 b m",
+		"-o append_publish b m", "-o append_publish=-1s b m", "-o append_publish=2h b m", "-o append_publish=soon b m",
 	} {
 		t.Run(args, func(t *testing.T) {
 			_, err := parseMountArgs(strings.Fields(args))
@@ -113,6 +117,7 @@ func TestDefaultsMatchFS(t *testing.T) {
 	assert.Equal(t, 256, c.fs.MaxWaiters)
 	assert.True(t, c.fs.Durable)
 	assert.True(t, c.fs.KillCheck)
+	assert.Equal(t, time.Second, c.fs.AppendPublish)
 	assert.False(t, c.fs.ReadOnly)
 	assert.True(t, c.fs.VersionCache)
 	assert.True(t, c.fs.Passthrough)

@@ -74,9 +74,10 @@ func (h *handle) commitLocked() error {
 		// stat or read need not reopen it.
 		h.baseVer = h.n.f.ver()
 	}
-	if !h.wrote || !r.writesUncache.Load() {
+	if !h.wrote || !r.writesUncache.Load() || h.modeDropped {
 		h.n.f.uncache(h.n.EmbeddedInode())
 	}
+	h.modeDropped = false
 	r.count.commits.Add(1)
 	h.rmwCommitted()
 	return nil
@@ -366,6 +367,7 @@ func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 // must never exist, not even for the length of the copy.
 func (h *handle) dropSetID(target *os.File, st *unix.Stat_t) error {
 	if mode := h.keptMode(st.Mode); mode != st.Mode&07777 {
+		h.modeDropped = true
 		return unix.Fchmod(int(target.Fd()), mode)
 	}
 	return nil

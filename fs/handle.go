@@ -89,6 +89,9 @@ type handle struct {
 	// unlockErr: a commit made at an unlock, or a publish of an
 	// appender's lines, failed; the next close reports it (unlock.go).
 	unlockErr error
+	// modeDropped: the commit in progress drops set-id bits (keptMode),
+	// which the kernel cannot know: its cached attributes must go.
+	modeDropped bool
 	pub       appendPub // publishing an appender's lines (appendpub.go)
 }
 
@@ -310,14 +313,13 @@ func (h *handle) truncate(size uint64) error {
 	if err := h.unappend(size == 0); err != nil {
 		return err
 	}
-	fresh := h.stage == nil // copyUp makes it empty: nothing to cut
 	if err := h.copyUp(size == 0); err != nil {
 		return err
 	}
-	if !fresh || size != 0 {
-		if err := unix.Ftruncate(int(h.stage.Fd()), int64(size)); err != nil {
-			return err
-		}
+	// Also on an empty staging file: a truncation sets mtime and ctime
+	// to now, and one the pool made ahead has older times.
+	if err := unix.Ftruncate(int(h.stage.Fd()), int64(size)); err != nil {
+		return err
 	}
 	h.changed()
 	h.noteSize()
@@ -436,6 +438,11 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 		st.Size, st.Blocks = ps.Size, ps.Blocks
 	}
 	st.Mtim, st.Ctim = ps.Mtim, ps.Ctim
+	if h.dirty {
+		// A non-root writer's change drops set-id bits (at its commit:
+		// keptMode), as a write does at once on a local file system.
+		st.Mode = st.Mode&^07777 | h.keptMode(st.Mode)
+	}
 	h.seen.Store(st.Size)
 	return st, nil
 }

@@ -31,7 +31,9 @@ func (h *handle) carryMeta(v named) error {
 		return err
 	}
 	// After chown, which clears set-id bits.
-	if err := unix.Fchmod(fd, h.keptMode(old.Mode)); err != nil {
+	mode := h.keptMode(old.Mode)
+	h.modeDropped = mode != old.Mode&07777
+	if err := unix.Fchmod(fd, mode); err != nil {
 		return err
 	}
 	return copyXattrs(procPath(v.fd), fd, h.uid == 0)

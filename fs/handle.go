@@ -92,7 +92,7 @@ type handle struct {
 	// modeDropped: the commit in progress drops set-id bits (keptMode),
 	// which the kernel cannot know: its cached attributes must go.
 	modeDropped bool
-	pub       appendPub // publishing an appender's lines (appendpub.go)
+	pub         appendPub // publishing an appender's lines (appendpub.go)
 }
 
 var (

@@ -115,3 +115,21 @@ func TestUnitRewrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, strings.Count(string(u), "ExecStart=/usr/sbin/safefs "))
 }
+
+// TestDebReproducible: two builds of one tree are the same bytes (the
+// date is the commit's, or SOURCE_DATE_EPOCH's).
+func TestDebReproducible(t *testing.T) {
+	requireDpkgDeb(t)
+	var debs [][]byte
+	for range 2 {
+		out := t.TempDir()
+		require.NoError(t, run(out, runtime.GOARCH, true, "Test <test@safefs.invalid>"))
+		found, err := filepath.Glob(filepath.Join(out, "*.deb"))
+		require.NoError(t, err)
+		require.Len(t, found, 1)
+		b, err := os.ReadFile(found[0])
+		require.NoError(t, err)
+		debs = append(debs, b)
+	}
+	assert.True(t, bytes.Equal(debs[0], debs[1]), "two builds differ")
+}

@@ -59,7 +59,8 @@ func TestDebInstall(t *testing.T) {
 
 	// The host before: the scripts' data in /var/www/data, www-data's.
 	inContainer(t, p, name, `mkdir -p /var/www/data && echo old > /var/www/data/old.txt && chown -R www-data: /var/www/data`)
-	docBlock(t, p, name, blocks, "mount")
+	out = docBlock(t, p, name, blocks, "mount")
+	assert.NotContains(t, out, "warning", "mount's output") // no allow_other, or no log
 	assert.Contains(t, inContainer(t, p, name, "cat /proc/mounts"), "/srv/data /var/www/data fuse.safefs ")
 	assert.Equal(t, "old\n", inContainer(t, p, name, "su -s /bin/sh -c 'cat /var/www/data/old.txt' www-data"))
 
@@ -184,14 +185,22 @@ func inContainer(t *testing.T, p *podman, name, script string) string {
 	return p.run(t, stepLimit, "exec", "-w", "/root", "-e", "DEBIAN_FRONTEND=noninteractive", name, "bash", "-e", "-c", script)
 }
 
-// docBlock runs the block of the walkthrough named so, as written.
+// docBlock runs the block of the walkthrough named so, as written, and
+// returns its standard output; its standard error is in a failure's
+// message, and in the result of the mount block, which ought to have
+// none.
 func docBlock(t *testing.T, p *podman, name string, blocks map[string]string, block string) string {
 	t.Helper()
-	var out string
+	var out, errOut string
+	var err error
 	timed(t, "ran the "+block+" block", func() {
-		out = p.run(t, stepLimit, "exec", "-w", "/root", "-e", "DEBIAN_FRONTEND=noninteractive", name,
+		out, errOut, err = p.try(stepLimit, "exec", "-w", "/root", "-e", "DEBIAN_FRONTEND=noninteractive", name,
 			"bash", "-e", "-c", blocks[block])
 	})
+	require.NoError(t, err, "the %s block:\n%s\nstdout:\n%s\nstderr:\n%s", block, blocks[block], tail(out), tail(errOut))
+	if block == "mount" {
+		return out + errOut
+	}
 	return out
 }
 

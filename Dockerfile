@@ -11,7 +11,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -o /out/safefs ./cmd/safefs
+RUN CGO_ENABLED=0 go build -ldflags "-X main.version=$(cat VERSION)" -o /out/safefs ./cmd/safefs
 
 FROM ${BASE_IMAGE}
 RUN apt-get update && apt-get install -y --no-install-recommends fuse3 && rm -rf /var/lib/apt/lists/*

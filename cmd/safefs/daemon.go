@@ -22,7 +22,8 @@ const readyFdEnv = "SAFEFS_READY_FD"
 // daemon reports the mount ready (nil) or failed (its exit code).
 func startDaemon(args []string, a mountArgs, stderr io.Writer) error {
 	// Refuse plain mistakes here, without a daemon; the daemon checks again.
-	if _, _, err := preflightMount(a.backing, a.mountpoint); err != nil {
+	backing, _, err := preflightMount(a.backing, a.mountpoint, a.cfg.fs.AllowOther)
+	if err != nil {
 		return err
 	}
 	logf, err := openLogFile(a.cfg.logFile)
@@ -56,11 +57,19 @@ func startDaemon(args []string, a mountArgs, stderr io.Writer) error {
 	}
 	line, _ := bufio.NewReader(r).ReadString('\n')
 	err = daemonResult(line, cmd)
-	if err == nil && logf == nil && !isSocket("/dev/log") {
-		// Said after success only: a refusal stays one line.
+	if err != nil {
+		return err
+	}
+	// Said after success only: a refusal stays one line.
+	if logf == nil && !isSocket("/dev/log") {
 		fmt.Fprintln(stderr, "safefs: warning: no log_file and no syslog (/dev/log): the daemon's log is discarded")
 	}
-	return err
+	// The daemon logs it too, but an operator who ran mount(8) by hand
+	// reads this terminal, not the log.
+	if w := allowOtherWarning(backing, os.Geteuid(), a.cfg.fs.AllowOther); w != "" {
+		fmt.Fprintln(stderr, "safefs: warning: "+w)
+	}
+	return nil
 }
 
 // daemonResult turns the daemon's report into the foreground's result.

@@ -13,7 +13,7 @@ const (
 	exitUsage    = 2  // wrong argument count, unknown command or flag, bad -o option
 	exitBadDirs  = 3  // BACKING or MOUNTPOINT missing, not a directory, the same, or one inside the other
 	exitMounted  = 4  // MOUNTPOINT is already a mount point (including a stale, disconnected FUSE mount)
-	exitNoFuse   = 5  // no FUSE device (/dev/fuse)
+	exitNoFuse   = 5  // no FUSE device (/dev/fuse), or not root and no fusermount3
 	exitBusy     = 6  // BACKING is already served by another safefs
 	exitMount    = 7  // mount failed for another reason
 	exitRecover  = 8  // `safefs recover` failed
@@ -40,7 +40,7 @@ var exitCodeHelp = []struct {
 	{exitUsage, "usage error: arguments, command or -o option"},
 	{exitBadDirs, "BACKING or MOUNTPOINT missing, not a directory, or nested"},
 	{exitMounted, "MOUNTPOINT is already a mount point (or a stale FUSE mount)"},
-	{exitNoFuse, "no /dev/fuse"},
+	{exitNoFuse, "no /dev/fuse (or, not root, no fusermount3: install fuse3)"},
 	{exitBusy, "BACKING is already served by another safefs"},
 	{exitMount, "mount failed"},
 	{exitRecover, "recover failed"},

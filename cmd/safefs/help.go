@@ -3,16 +3,22 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"strings"
 )
 
-// version is set at build time:
+// Set at build time by the package build (packaging/deb), for example:
 //
-//	go build -ldflags "-X main.version=v1.2.3" ./cmd/safefs
+//	go build -ldflags "-X main.version=0.1.0 -X main.commit=5330e34e12ab -X main.date=2026-12-07T04:43:00Z" ./cmd/safefs
 //
-// Left empty, the module version from the build info is used.
-var version = ""
+// Left empty (a plain go build), `safefs version` says devel, or the
+// module's version for go install ...@VERSION.
+var (
+	version = ""
+	commit  = ""
+	date    = ""
+)
 
 func versionString() string {
 	if version != "" {
@@ -24,26 +30,58 @@ func versionString() string {
 	return "devel"
 }
 
+// versionLine is what `safefs version` prints: one line, the version
+// first, so that scripts can take the second word.
+func versionLine() string {
+	var details []string
+	if commit != "" {
+		details = append(details, "commit "+commit)
+	}
+	if date != "" {
+		details = append(details, "date "+date)
+	}
+	details = append(details, runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH)
+	return fmt.Sprintf("safefs %s (%s)", versionString(), strings.Join(details, ", "))
+}
+
 func runVersion(args []string, stdout io.Writer) error {
+	if len(args) == 1 && isHelpFlag(args[0]) {
+		printVersionUsage(stdout)
+		return nil
+	}
 	if len(args) != 0 {
 		return failf(exitUsage, "version takes no arguments")
 	}
-	fmt.Fprintf(stdout, "safefs %s\n", versionString())
+	fmt.Fprintln(stdout, versionLine())
 	return nil
+}
+
+// commandUsage is each command's `safefs help NAME`; `safefs NAME --help`
+// prints the same. TestHelpEveryCommand checks that every command of
+// dispatch has one.
+var commandUsage = map[string]func(io.Writer){
+	"mount":   printMountUsage,
+	"recover": printRecoverUsage,
+	"status":  printStatusUsage,
+	"version": printVersionUsage,
+	"help":    printHelpUsage,
 }
 
 func runHelp(args []string, stdout io.Writer) error {
 	switch {
 	case len(args) == 0:
 		printUsage(stdout)
-	case len(args) == 1 && args[0] == "mount":
-		printMountUsage(stdout)
-	case len(args) == 1 && args[0] == "recover":
-		printRecoverUsage(stdout)
-	default:
-		return failf(exitUsage, "no help for %q (see safefs --help)", strings.Join(args, " "))
+		return nil
+	case len(args) == 1 && isHelpFlag(args[0]):
+		printHelpUsage(stdout)
+		return nil
+	case len(args) == 1:
+		if usage, ok := commandUsage[args[0]]; ok {
+			usage(stdout)
+			return nil
+		}
 	}
-	return nil
+	return failf(exitUsage, "no command %q: safefs help takes one of mount, recover, status, version, help", strings.Join(args, " "))
 }
 
 func isHelpFlag(s string) bool { return s == "-h" || s == "--help" }
@@ -62,9 +100,11 @@ func printUsage(w io.Writer) {
         what a running mount is doing: held commit locks and their waiters,
         open writers, rejected/, counters (root only)
   safefs version
-        print the version
-  safefs help [mount|recover]
-        show this help, or the help of a command
+        print the version, commit and build date
+  safefs help [COMMAND]
+        show this help, or a command's: mount, recover, status, version, help
+
+The manual: man 8 safefs.
 
 Exit codes:
 `)
@@ -84,7 +124,8 @@ a later option overrides an earlier one. Options of mount(8), fstab and
 mount.fuse3 that mean nothing here are ignored (defaults, auto, noauto,
 nofail, _netdev, dev, suid, exec, atime variants, x-*, X-*, comment=);
 noexec, sync, dirsync and mand are refused. Under systemd (NOTIFY_SOCKET)
-it sends READY=1 once mounted and STOPPING=1 when it unmounts.
+it sends READY=1 once mounted and STOPPING=1 when it unmounts. A user other
+than root needs fusermount3 (package fuse3) to mount.
 
 Options:
 `)
@@ -106,5 +147,36 @@ func printRecoverUsage(w io.Writer) {
 
 Finishes or undoes commits cut off in BACKING by a crash, without mounting,
 and prints what it did. Refuses (exit 6) while a safefs serves BACKING.
+`)
+}
+
+func printStatusUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: safefs status MOUNTPOINT|BACKING [--json]
+
+Asks the daemon serving MOUNTPOINT (or BACKING) what it is doing now: the
+files whose commit lock is held, by whom and who waits, the descriptors open
+for writing with their pending bytes, what .safefs/rejected/ holds, and the
+counters. It answers while commits are blocked and never looks inside the
+mount. --json prints the same as one JSON object. Root only (exit 12);
+exit 11 when no safefs daemon answers for that directory.
+`)
+}
+
+func printVersionUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: safefs version
+
+Prints one line: safefs, the version, then in parentheses the commit and
+date it was built from and the Go toolchain, for example
+  safefs 0.1.0 (commit 5330e34e12ab, date 2026-12-07T04:43:00Z, go1.26.8 linux/amd64)
+A binary built with plain go build says devel for the version.
+`)
+}
+
+func printHelpUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: safefs help [COMMAND]
+
+Without COMMAND, lists the commands and the exit codes. With one of mount,
+recover, status, version or help, prints that command's usage, as
+safefs COMMAND --help does. The manual: man 8 safefs.
 `)
 }

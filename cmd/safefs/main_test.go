@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -91,12 +90,6 @@ func TestHelp(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestVersion(t *testing.T) {
-	r := runSafefs(t, nil, "version")
-	assert.Equal(t, exitOK, r.code, r.stderr)
-	assert.Regexp(t, regexp.MustCompile(`^safefs \S+\n$`), r.stdout)
 }
 
 func TestVersionFromLdflags(t *testing.T) {

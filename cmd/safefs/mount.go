@@ -28,7 +28,7 @@ func runMount(args []string, stdout, stderr io.Writer) error {
 // if set, marks the background daemon: it is called once the mount is
 // visible, and the log goes to log_file or syslog, not stderr.
 func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
-	backing, mnt, err := preflightMount(a.backing, a.mountpoint)
+	backing, mnt, err := preflightMount(a.backing, a.mountpoint, a.cfg.fs.AllowOther)
 	if err != nil {
 		return err
 	}
@@ -42,6 +42,9 @@ func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // syncing a pipe or tty fails harmlessly
+	if w := allowOtherWarning(backing, os.Geteuid(), a.cfg.fs.AllowOther); w != "" {
+		log.Warn(w)
+	}
 	if onReady != nil {
 		// Do not keep the caller's working directory busy; the paths
 		// are absolute now.
@@ -103,7 +106,7 @@ func serve(backing, mnt string, opts fs.Options, log *zap.Logger, onReady func()
 	if onReady != nil {
 		onReady()
 	}
-	waitForEnd(srv, sigs, log, n, obs)
+	waitForEnd(srv, mnt, sigs, log, n, obs)
 	return nil
 }
 
@@ -111,12 +114,12 @@ func mountError(err error) error {
 	if errors.Is(err, fs.ErrBusy) || errors.Is(err, fs.ErrCluster) {
 		return failf(exitBusy, "%v", err)
 	}
-	return failf(exitMount, "mount failed: %v", err)
+	return failf(exitMount, "mount failed: %s", mountFailure(err))
 }
 
 // waitForEnd returns once the file system is unmounted. If Unmount fails
 // (for example EBUSY) we keep serving: exiting would leave a dead mount.
-func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger, n *notifier, obs *observers) {
+func waitForEnd(srv *fs.Server, mnt string, sigs <-chan os.Signal, log *zap.Logger, n *notifier, obs *observers) {
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
@@ -140,8 +143,11 @@ func waitForEnd(srv *fs.Server, sigs <-chan os.Signal, log *zap.Logger, n *notif
 			log.Info("unmounting", zap.Stringer("signal", sig))
 			n.send("STOPPING=1\nSTATUS=unmounting")
 			if err := srv.Unmount(); err != nil {
-				n.send("STATUS=unmount failed, still serving: " + err.Error())
-				log.Error("unmount failed, still serving; send the signal again to retry", zap.Error(err))
+				// One line: a newline would end STATUS= and split
+				// the log line.
+				why := unmountFailure(err, mnt)
+				n.send("STATUS=unmount failed, still serving: " + why)
+				log.Error("unmount failed, still serving; send the signal again to retry", zap.String("error", why))
 				continue
 			}
 			log.Info("unmounted")

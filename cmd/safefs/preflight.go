@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,7 +23,9 @@ const mountinfoPath = "/proc/self/mountinfo"
 // preflightMount refuses, before anything is touched, every setup we can
 // recognise as wrong. It returns BACKING and MOUNTPOINT absolute and free
 // of symlinks.
-func preflightMount(backing, mountpoint string) (string, string, error) {
+// allowOther is the mount's option, which a user other than root may ask
+// for only where /etc/fuse.conf lets it.
+func preflightMount(backing, mountpoint string, allowOther bool) (string, string, error) {
 	if err := checkDir("backing directory", backing); err != nil {
 		return "", "", err
 	}
@@ -43,7 +46,13 @@ func preflightMount(backing, mountpoint string) (string, string, error) {
 	if err := checkNotMounted(m); err != nil {
 		return "", "", err
 	}
-	return b, m, checkDevFuse()
+	if err := checkDevFuse(); err != nil {
+		return "", "", err
+	}
+	if err := checkFusermount(os.Geteuid(), exec.LookPath); err != nil {
+		return "", "", err
+	}
+	return b, m, checkUserAllowOther(os.Geteuid(), allowOther, fuseConf)
 }
 
 func checkDir(role, path string) error {

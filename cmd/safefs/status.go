@@ -129,8 +129,8 @@ func runStatus(args []string, stdout io.Writer) error {
 		switch {
 		case a == "--json":
 			asJSON = true
-		case a == "-h" || a == "--help":
-			fmt.Fprintln(stdout, "usage: safefs status MOUNTPOINT|BACKING [--json]")
+		case isHelpFlag(a):
+			printStatusUsage(stdout)
 			return nil
 		case strings.HasPrefix(a, "-") || target != "":
 			return failf(exitUsage, "usage: safefs status MOUNTPOINT|BACKING [--json]")

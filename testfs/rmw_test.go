@@ -233,6 +233,7 @@ func TestRMWKilledHolderReleases(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // let it reach its open; it cannot pass it
 	select {
 	case err := <-waiter.done:
+		waiter.done <- err // for the cleanup's wait: it must not hang
 		t.Fatalf("the opener did not wait for the session: %v\n%s", err, &waiter.out)
 	default:
 	}

@@ -167,8 +167,15 @@ func cptCheckKind(t *testing.T, kind string, points []string) {
 		return // positions are missing: the coverage would be wrong
 	}
 	for i := 1; i < len(points); i++ {
-		assert.Less(t, pos[points[i-1]], pos[points[i]],
-			"%s comes after %s in fs.CrashPoints (commit order) but not in the commit", points[i], points[i-1])
+		a, b := pos[points[i-1]], pos[points[i]]
+		switch {
+		case a == b:
+			t.Errorf("%s and %s are reached with no durable step of the %s commit between them (both %s call %d of %d): "+
+				"a step between them is gone, or one of them is not needed", points[i-1], points[i], kind, cptWhere(a), a/2+1, len(plain))
+		case a > b:
+			t.Errorf("%s comes after %s in fs.CrashPoints (commit order) but before it in the commit (call %d against %d of %d)",
+				points[i], points[i-1], b/2+1, a/2+1, len(plain))
+		}
 	}
 	gaps := map[string]bool{}
 	for i := 1; i < len(plain); i++ {
@@ -483,4 +490,13 @@ func cptRole(rel string, c crashCase) string {
 		return "target"
 	}
 	return "other " + rel
+}
+
+// cptWhere says where a crash point's position is: before a call, or
+// within the step of one.
+func cptWhere(pos int) string {
+	if pos%2 == 0 {
+		return "before"
+	}
+	return "within the step of"
 }

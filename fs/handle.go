@@ -89,6 +89,10 @@ type handle struct {
 	// unlockErr: a commit made at an unlock failed; the next close
 	// reports it (unlock.go).
 	unlockErr error
+	// raw: base is the raw file's backing inode, read and written in
+	// place (raw.go); rawPt: opened with the file's raw backing ID;
+	// rawCached: reads through its node's page cache.
+	raw, rawPt, rawCached bool
 }
 
 var (
@@ -112,7 +116,8 @@ func (h *handle) refresh() error {
 	ver := f.version
 	f.mu.Unlock()
 	// An appender's pending bytes do not depend on base: it follows too.
-	if !h.write || (h.stage != nil && !h.append) || ver == h.baseVer {
+	// A raw handle's base is the file's one inode.
+	if h.raw || !h.write || (h.stage != nil && !h.append) || ver == h.baseVer {
 		return nil
 	}
 	fd, err := h.n.openCurrent(h.baseFlags())
@@ -139,6 +144,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.flushed.Store(false)
+	if h.raw {
+		return h.rawRead(dest, off)
+	}
 	h.rmw.read = true
 	if err := h.refresh(); err != nil {
 		return nil, h.errno(err)
@@ -247,6 +255,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		n, err := unix.Pwrite(int(h.base.Fd()), data, off)
 		return uint32(max(n, 0)), h.errno(err)
 	}
+	if h.raw {
+		return h.rawWrite(data, off)
+	}
 	if err := h.n.r.roomFor(h.uid, int64(len(data))); err != nil {
 		return 0, h.errno(err)
 	}
@@ -298,7 +309,7 @@ func (h *handle) changed() {
 
 // truncate is ftruncate on this handle: a change like a write.
 func (h *handle) truncate(size uint64) error {
-	if h.private {
+	if h.private || h.raw {
 		return unix.Ftruncate(int(h.base.Fd()), int64(size))
 	}
 	if err := h.spill(); err != nil {
@@ -356,7 +367,7 @@ func (h *handle) unappend(empty bool) error {
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.private {
+	if h.private || h.raw {
 		return h.errno(unix.Fallocate(int(h.base.Fd()), mode, int64(off), int64(size)))
 	}
 	if err := h.n.r.roomFor(h.uid, int64(size)); err != nil {
@@ -405,6 +416,9 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 	if h.closed {
 		return unix.Stat_t{}, syscall.EBADF
 	}
+	if h.raw {
+		return fstat(int(h.base.Fd()))
+	}
 	if err := h.refresh(); err != nil {
 		return unix.Stat_t{}, err
 	}
@@ -451,6 +465,9 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 
 func (h *handle) flush(ctx context.Context) syscall.Errno {
 	h.flushed.Store(true)
+	if h.raw {
+		return 0 // nothing pending: written in place
+	}
 	h.ptWrote()
 	if !h.dirty {
 		h.settle()
@@ -499,6 +516,9 @@ func (h *handle) killedClose(pid uint32) {
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.raw {
+		return h.rawSync(flags&fsyncDataOnly != 0)
+	}
 	h.ptWrote()
 	if h.dirty {
 		return h.errno(h.ptCommit(false)) // the descriptor writes on
@@ -531,6 +551,7 @@ func (h *handle) close() {
 	h.n.r.openWriters.drop(h)
 	h.cachedReleased()
 	h.ptRelease()
+	h.rawReleased()
 	h.setBase(nil, 0)
 	if h.shared != nil {
 		h.shared.release()

@@ -281,10 +281,16 @@ func (h *handle) switchRaw() {
 		mode |= unix.O_APPEND
 	}
 	fd, err := h.n.openCurrent(mode)
+	if err == nil {
+		err = h.rawSetID(fd)
+	}
 	if err != nil {
 		// Unlinked, or replaced directly in BACKING: it keeps the
 		// inode it has, which no other open can reach.
 		h.n.r.log.Debug("raw: a handle keeps its version", zap.String("path", logPath(h.n.path())), zap.Error(err))
+		if fd != nil {
+			fd.Close()
+		}
 		return
 	}
 	f := h.n.f
@@ -338,11 +344,13 @@ func (n *Node) openRaw(ctx context.Context, flags uint32, tid uint32, retry bool
 func (n *Node) rawHandle(ctx context.Context, base *os.File, flags uint32, created bool) (*handle, error) {
 	h := n.handleOn(ctx, base, n.f.ver(), flags)
 	h.raw = true
-	if h.write && flags&syscall.O_TRUNC != 0 && !created {
-		if err := unix.Ftruncate(int(base.Fd()), 0); err != nil {
-			base.Close()
-			return nil, err
-		}
+	err := h.rawSetID(base)
+	if err == nil && h.write && flags&syscall.O_TRUNC != 0 && !created {
+		err = unix.Ftruncate(int(base.Fd()), 0)
+	}
+	if err != nil {
+		base.Close()
+		return nil, err
 	}
 	n.f.addHandle(h)
 	n.r.count.rawOpens.Add(1)
@@ -362,6 +370,21 @@ func (n *Node) rawSendOn(tid uint32) bool {
 // rawNode reports whether n is its raw file's raw node (f.mu held).
 func (n *Node) rawNode() bool {
 	return !n.r.opts.VersionCache || n.rl.gen == n.f.rw.gen
+}
+
+// rawSetID takes set-uid (and set-gid) off a raw file that h, a non-root
+// caller's writer, is to write through f, before any write: the daemon
+// writes as root, and so does the kernel for a passed-through write (with
+// the daemon's credentials), so neither would clear them (contract 11).
+func (h *handle) rawSetID(f *os.File) error {
+	if !h.write || h.uid == 0 {
+		return nil
+	}
+	st, err := fstat(int(f.Fd()))
+	if err != nil {
+		return err
+	}
+	return h.dropSetID(f, &st)
 }
 
 // rawReply is the OPEN reply's flags for raw handle h on n. On the raw

@@ -273,3 +273,38 @@ func TestRawSiblingByName(t *testing.T) {
 	}
 	assert.True(t, bytes.Equal(sqliteHead(), readBacking(t, m.BackingPath("s.db"), 0, 4096)), "the database itself untouched")
 }
+
+// TestRawSetIDDropped: a non-root writer's open of a raw file takes its
+// set-uid bit off before its writes land (contract 11): its stores
+// through a shared map reach the file with no write(2) at which the
+// kernel would clear it, and the daemon writes with root's credentials.
+func TestRawSetIDDropped(t *testing.T) {
+	py := requirePython(t)
+	www := testfs.LookupUser(t, "www-data")
+	for _, mode := range rawModes {
+		t.Run(mode.name, func(t *testing.T) {
+			m := testfs.New(t, mode.edit)
+			p := m.Path("suid.db")
+			require.NoError(t, os.WriteFile(p, sqliteHead(), 0o644))
+			require.NoError(t, unix.Chmod(p, 0o4666))
+			st, err := os.Stat(m.BackingPath("suid.db"))
+			require.NoError(t, err)
+			require.NotZero(t, st.Mode()&os.ModeSetuid, "set-uid set")
+			// Through a shared map: no write(2) for the kernel to clear
+			// the bits at.
+			cmd := testfs.AsUser(exec.Command(py, "-c", `
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED)
+m[100:103] = b"www"
+m.flush()
+`, p), www)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Equal(t, "www", string(readBacking(t, m.BackingPath("suid.db"), 100, 3)))
+			st, err = os.Stat(m.BackingPath("suid.db"))
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o666), st.Mode().Perm()|st.Mode()&os.ModeSetuid, "set-uid taken off")
+		})
+	}
+}

@@ -309,7 +309,10 @@ func (h *handle) changed() {
 
 // truncate is ftruncate on this handle: a change like a write.
 func (h *handle) truncate(size uint64) error {
-	if h.private || h.raw {
+	if h.raw {
+		return h.rawTruncate(int64(size))
+	}
+	if h.private {
 		return unix.Ftruncate(int(h.base.Fd()), int64(size))
 	}
 	if err := h.spill(); err != nil {
@@ -367,7 +370,10 @@ func (h *handle) unappend(empty bool) error {
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.private || h.raw {
+	if h.raw {
+		return h.rawAllocate(mode, int64(off), int64(size))
+	}
+	if h.private {
 		return h.errno(unix.Fallocate(int(h.base.Fd()), mode, int64(off), int64(size)))
 	}
 	if err := h.n.r.roomFor(h.uid, int64(size)); err != nil {

@@ -298,13 +298,14 @@ func (h *handle) switchRaw() {
 	h.setBase(fd, f.version)
 	f.mu.Unlock()
 	h.raw = true
+	h.mapped.Store(false) // its size is the file's now (kernelSize)
 }
 
 // openRaw is Open of a raw file. An open that reaches another node than
 // the raw node is sent there (ESTALE, see roles.go), unless it is that
 // retry.
 func (n *Node) openRaw(ctx context.Context, flags uint32, tid uint32, retry bool) (gofs.FileHandle, uint32, syscall.Errno) {
-	if !retry && n.rawSendOn(tid) {
+	if !retry && n.rawSendOn() {
 		n.r.refused.note(tid)
 		return nil, 0, syscall.ESTALE
 	}
@@ -360,7 +361,7 @@ func (n *Node) rawHandle(ctx context.Context, base *os.File, flags uint32, creat
 // rawSendOn reports whether an open of raw n must go to the raw node:
 // the kernel's retry looks the name up again, and lookups give the raw
 // node's generation (f.mu not held).
-func (n *Node) rawSendOn(tid uint32) bool {
+func (n *Node) rawSendOn() bool {
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -549,6 +550,25 @@ func (h *handle) rawChanged(off, size int64) {
 
 // fsyncDataOnly is FUSE_FSYNC_FDATASYNC in a FSYNC request's flags.
 const fsyncDataOnly = 1
+
+// rawTruncate is ftruncate of the backing inode.
+func (h *handle) rawTruncate(size int64) error {
+	if err := unix.Ftruncate(int(h.base.Fd()), size); err != nil {
+		return err
+	}
+	h.rawChanged(size, 0)
+	return nil
+}
+
+// rawAllocate is fallocate of the backing inode (a hole punched, a range
+// zeroed: pages change).
+func (h *handle) rawAllocate(mode uint32, off, size int64) syscall.Errno {
+	if err := unix.Fallocate(int(h.base.Fd()), mode, off, size); err != nil {
+		return h.errno(err)
+	}
+	h.rawChanged(off, size)
+	return 0
+}
 
 // rawSync is fsync (fdatasync if datasync) of the backing inode.
 func (h *handle) rawSync(datasync bool) syscall.Errno {

@@ -118,7 +118,7 @@ func (n *Node) truncate(ctx context.Context, h *handle, size uint64) error {
 		return syscall.EROFS
 	}
 	if n.f.isRaw() {
-		return n.rawTruncate(size)
+		return n.rawTruncatePath(size)
 	}
 	if err := n.r.takeFile(ctx); err != nil {
 		return err

@@ -578,8 +578,8 @@ func (h *handle) rawSync(datasync bool) syscall.Errno {
 	return h.errno(h.base.Sync())
 }
 
-// rawTruncate is truncate(path) of a raw file: in place.
-func (n *Node) rawTruncate(size uint64) error {
+// rawTruncatePath is truncate(path) of a raw file: in place.
+func (n *Node) rawTruncatePath(size uint64) error {
 	f, err := n.openCurrent(unix.O_WRONLY)
 	if err != nil {
 		return err

@@ -352,9 +352,8 @@ func (r *root) rolesCommitted(f *file, onBase bool) {
 	}
 	// A direct node stays while only writers use it (a log appended
 	// to, a counter under flock): moving it costs a lookup per commit.
-	// A raw file's opens share one node (raw.go).
 	cur := f.roles.current
-	if cur != nil && cur.rl.gen == f.curGen() && (cur.rl.role != roleDirect || cur.rl.directReads > 0) && !f.isRaw() {
+	if cur != nil && cur.rl.gen == f.curGen() && (cur.rl.role != roleDirect || cur.rl.directReads > 0) {
 		f.moveOn(r)
 	}
 	f.mu.Unlock()

@@ -153,7 +153,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	}
 	tid := callerTid(ctx)
 	retry := n.r.refused.take(tid)
-	if n.rawNow() {
+	if n.rawNow(flags) {
 		return n.openRaw(ctx, flags, tid, retry) // raw.go
 	}
 	if isWrite(flags) && !n.writerMayOpen(tid, retry) || !isWrite(flags) && !n.readerMayOpen(tid, retry) {
@@ -291,7 +291,7 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 	}
 	in := n.child(ctx, nm, &st, out)
 	cn := in.Operations().(*Node)
-	if cn.f.kind == unix.S_IFREG && (cn.f.isRaw() || rawName(dir, nm) || !created && cn.rawNow()) {
+	if cn.f.kind == unix.S_IFREG && (cn.f.isRaw() || rawName(dir, nm) || !created && cn.rawNow(flags)) {
 		// A database's sibling, or a raw file opened with O_CREAT.
 		cn.makeRaw("name", true)
 		h, err := cn.rawHandle(ctx, f, flags, created)

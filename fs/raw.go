@@ -125,8 +125,10 @@ func (n *Node) rawSibling() bool {
 
 // rawNow reports whether n's file is served raw, looking at its name
 // and its committed version's first bytes if that version was not
-// looked at yet. Called at each open, before anything is opened.
-func (n *Node) rawNow() bool {
+// looked at yet. Called at each open, with its flags, before anything is
+// opened. A truncating writer's open does not look at the content (it
+// throws it away: not SQLite's way), and leaves the version to the next.
+func (n *Node) rawNow(flags uint32) bool {
 	f := n.f
 	if f.kind != unix.S_IFREG {
 		return false
@@ -144,6 +146,8 @@ func (n *Node) rawNow() bool {
 	why := ""
 	if n.rawSibling() {
 		why = "name"
+	} else if isWrite(flags) && flags&syscall.O_TRUNC != 0 {
+		return false
 	} else if c := n.rawContent(); c == contentSQLite {
 		why = "header"
 	}
@@ -165,8 +169,13 @@ const (
 	contentSQLite
 )
 
+// sqliteMinSize is a database's smallest size: one page of the smallest
+// page size.
+const sqliteMinSize = 512
+
 // rawContent tells an empty committed version and a SQLite database
-// from any other content (unknown: other).
+// from any other content (unknown: other). A smaller file than a
+// database costs one stat, without an open.
 func (n *Node) rawContent() content {
 	st, err := n.statNamed()
 	if err != nil {
@@ -175,7 +184,7 @@ func (n *Node) rawContent() content {
 	if st.Size == 0 {
 		return contentEmpty
 	}
-	if st.Size < int64(len(sqliteHeader)) {
+	if st.Size < sqliteMinSize {
 		return contentOther
 	}
 	f, err := n.openCurrent(unix.O_RDONLY | unix.O_NOATIME)

@@ -80,7 +80,7 @@ func (h *handle) baseIsCurrent() bool {
 func (f *file) attrTimeout(ver uint64) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.kind == unix.S_IFREG && (f.version != ver || !f.quiet()) {
+	if f.kind == unix.S_IFREG && (f.version != ver || !f.quiet() || f.isRaw()) {
 		return 0
 	}
 	f.cachedUntil = max(f.cachedUntil, time.Now().Add(attrTTL).UnixNano())

@@ -21,6 +21,8 @@ func (h *handle) commit() error {
 	h.notePending()
 	h.obsStart()
 	defer h.obsEnd() // after the lock is released
+	// Its file became raw meanwhile: raw from now on (raw.go).
+	defer h.switchRaw()
 	err := h.commitLocked()
 	h.appendAgain()
 	return err
@@ -167,7 +169,8 @@ func keptWhere(nm string) string {
 
 // commitWhole publishes the staging file: by rename when the file has one
 // name, in place (with an undo copy) when it has several, so hard links
-// stay one file.
+// stay one file, or when it is raw, so that the handles serving it in
+// place stay on it (raw.go).
 func (h *handle) commitWhole(g grant) error {
 	v, err := h.n.locate(g)
 	if errors.Is(err, errUnlinked) {
@@ -178,7 +181,7 @@ func (h *handle) commitWhole(g grant) error {
 		return err
 	}
 	defer v.release()
-	if v.st.Nlink > 1 {
+	if v.st.Nlink > 1 || h.n.f.isRaw() {
 		h.obsKind(KindInPlace)
 		return h.commitInPlace(g, v)
 	}

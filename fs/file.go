@@ -27,6 +27,8 @@ type file struct {
 	// lockedOnce: a script lock was asked for on it through the mount
 	// (then its readers' closes come to the daemon: noFlush).
 	lockedOnce atomic.Bool
+	// raw: served in place, without staging (raw.go); rw: its state.
+	raw atomic.Bool
 	// gen tells this file's kernel inode from another's with the same
 	// number (see ids.newLocked).
 	gen uint64
@@ -53,6 +55,7 @@ type file struct {
 	syncs *journal.GroupSync
 	pt    ptFile // passthrough (passthrough.go)
 	roles roles  // kernel nodes by role (roles.go)
+	rw    rawFile
 	// inPlace is held to write buffered bytes into the committed file
 	// (appendbuf.go), and to read or stat it through the mount: so a
 	// reader sees all of them or none.

@@ -93,6 +93,10 @@ type handle struct {
 	// which the kernel cannot know: its cached attributes must go.
 	modeDropped bool
 	pub         appendPub // publishing an appender's lines (appendpub.go)
+	// raw: base is the raw file's backing inode, read and written in
+	// place (raw.go); rawPt: opened with the file's raw backing ID;
+	// rawCached: reads through its node's page cache.
+	raw, rawPt, rawCached bool
 }
 
 var (
@@ -116,7 +120,8 @@ func (h *handle) refresh() error {
 	ver := f.version
 	f.mu.Unlock()
 	// An appender's pending bytes do not depend on base: it follows too.
-	if !h.write || (h.stage != nil && !h.append) || ver == h.baseVer {
+	// A raw handle's base is the file's one inode.
+	if h.raw || !h.write || (h.stage != nil && !h.append) || ver == h.baseVer {
 		return nil
 	}
 	fd, err := h.n.openCurrent(h.baseFlags())
@@ -143,6 +148,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.flushed.Store(false)
+	if h.raw {
+		return h.rawRead(dest, off)
+	}
 	h.rmw.read = true
 	if err := h.refresh(); err != nil {
 		return nil, h.errno(err)
@@ -251,6 +259,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		n, err := unix.Pwrite(int(h.base.Fd()), data, off)
 		return uint32(max(n, 0)), h.errno(err)
 	}
+	if h.raw {
+		return h.rawWrite(data, off)
+	}
 	if err := h.n.r.roomFor(h.uid, int64(len(data))); err != nil {
 		return 0, h.errno(err)
 	}
@@ -304,6 +315,9 @@ func (h *handle) changed() {
 
 // truncate is ftruncate on this handle: a change like a write.
 func (h *handle) truncate(size uint64) error {
+	if h.raw {
+		return h.rawTruncate(int64(size))
+	}
 	if h.private {
 		return unix.Ftruncate(int(h.base.Fd()), int64(size))
 	}
@@ -361,6 +375,9 @@ func (h *handle) unappend(empty bool) error {
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.raw {
+		return h.rawAllocate(mode, int64(off), int64(size))
+	}
 	if h.private {
 		return h.errno(unix.Fallocate(int(h.base.Fd()), mode, int64(off), int64(size)))
 	}
@@ -409,6 +426,9 @@ func (h *handle) stat() (unix.Stat_t, error) {
 func (h *handle) statLocked() (unix.Stat_t, error) {
 	if h.closed {
 		return unix.Stat_t{}, syscall.EBADF
+	}
+	if h.raw {
+		return fstat(int(h.base.Fd()))
 	}
 	if err := h.refresh(); err != nil {
 		return unix.Stat_t{}, err
@@ -461,6 +481,9 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 
 func (h *handle) flush(ctx context.Context) syscall.Errno {
 	h.flushed.Store(true)
+	if h.raw {
+		return 0 // nothing pending: written in place
+	}
 	h.ptWrote()
 	if !h.dirty {
 		h.settle()
@@ -521,6 +544,9 @@ func (h *handle) killedClose(pid uint32) {
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.raw {
+		return h.rawSync(flags&fsyncDataOnly != 0)
+	}
 	h.ptWrote()
 	if h.dirty {
 		return h.errno(h.ptCommit(false)) // the descriptor writes on
@@ -554,6 +580,7 @@ func (h *handle) close() {
 	h.n.r.openWriters.drop(h)
 	h.cachedReleased()
 	h.ptRelease()
+	h.rawReleased()
 	h.setBase(nil, 0)
 	if h.shared != nil {
 		h.shared.release()

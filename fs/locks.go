@@ -261,6 +261,9 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 	caller := callerTid(ctx) // before ctx is replaced below
 	if lk.Typ != unix.F_UNLCK {
 		n.f.lockedOnce.Store(true) // before the grant: see noFlush
+		if !o.flock {
+			n.rawLock(fh, lk) // SQLite's lock bytes (raw.go)
+		}
 	}
 	if lk.Typ == unix.F_UNLCK {
 		if !ok || !n.r.book.holds(n.f, o) {

@@ -117,6 +117,9 @@ func (n *Node) truncate(ctx context.Context, h *handle, size uint64) error {
 	if n.r.opts.ReadOnly {
 		return syscall.EROFS
 	}
+	if n.f.isRaw() {
+		return n.rawTruncatePath(size)
+	}
 	if err := n.r.takeFile(ctx); err != nil {
 		return err
 	}

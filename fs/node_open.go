@@ -154,6 +154,9 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	}
 	tid := callerTid(ctx)
 	retry := n.r.refused.take(tid)
+	if n.rawNow(flags) {
+		return n.openRaw(ctx, flags, tid, retry) // raw.go
+	}
 	if isWrite(flags) && !n.writerMayOpen(tid, retry) || !isWrite(flags) && !n.readerMayOpen(tid, retry) {
 		n.r.refused.note(tid)
 		n.r.crash("open-refused")     // a stop point for tests only
@@ -194,6 +197,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		n.r.leaseRefused(ctx, "open", n.path(), n.r.ids.current(n.f), err)
 		return nil, 0, n.errno(err)
+	}
+	if n.f.isRaw() {
+		// It became raw while this open was on its way (raw.go).
+		h.mu.Lock()
+		h.switchRaw()
+		h.mu.Unlock()
 	}
 	if n.ptWriter(ctx, h, flags) {
 		return h, 0, 0
@@ -278,6 +287,9 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	// kernel's permission check of the new file (may_open) and the
 	// opener's fstat need not ask again.
 	out.SetAttrTimeout(n.r.attrTimeout(h.n.f, h.baseVer))
+	if h.raw {
+		return in, h, h.n.rawReply(ctx, h), 0
+	}
 	if h.write && n.r.opts.VersionCache {
 		h.n.markDirect(callerTid(ctx)) // a writer's node: direct
 	}
@@ -304,6 +316,12 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 	}
 	in := n.child(ctx, nm, &st, out)
 	cn := in.Operations().(*Node)
+	if cn.f.kind == unix.S_IFREG && (cn.f.isRaw() || rawName(dir, nm) || !created && cn.rawNow(flags)) {
+		// A database's sibling, or a raw file opened with O_CREAT.
+		cn.makeRaw("name", true)
+		h, err := cn.rawHandle(ctx, f, flags, created)
+		return in, h, err
+	}
 	// A file that was there already may have had a commit since we
 	// opened it: staleVer makes a writer look the latest version up.
 	ver := uint64(staleVer)

@@ -92,6 +92,10 @@ type nodeRoles struct {
 	// handle yet, true for a writer: a reader and a writer deciding at
 	// once must see each other (othersHold sees handles only).
 	opening map[uint32]bool
+	// rawMode: how the raw node serves raw opens; rawCached: its raw
+	// handles open through its page cache (raw.go).
+	rawMode   rawMode
+	rawCached int
 }
 
 // threadTimes is when each thread was sent on (ns), and the generation
@@ -221,6 +225,9 @@ func (f *file) curGen() uint64 {
 // drops the kernel's entries of its names apart: the kernel may hold a
 // directory's lock while it waits for a request that waits for us.
 func (f *file) moveOn(r *root) {
+	if f.rw.gen != 0 {
+		return // a raw file's opens share its raw node (raw.go)
+	}
 	f.roles.kgen = r.ids.newGen()
 	f.roles.movedAt = time.Now().UnixNano()
 	go f.moveNames()
@@ -270,7 +277,7 @@ func (n *Node) openFlags(ctx context.Context, h *handle, st *unix.Stat_t) uint32
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err != nil || keyOf(st) != n.rl.key || n.rl.role == roleDirect || n.rl.ver != f.version || h.baseVer != f.version || f.lockedOnce.Load() {
+	if err != nil || keyOf(st) != n.rl.key || n.rl.role == roleDirect || n.rl.ver != f.version || h.baseVer != f.version || f.lockedOnce.Load() || f.isRaw() {
 		// Another version than the node's pages: direct. The node
 		// stays a reader while its cached readers are open, so that
 		// no writer joins them. A file scripts lock too: a lock

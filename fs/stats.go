@@ -48,6 +48,10 @@ type Stats struct {
 	// write (fsync, or a copy of it open in another process).
 	PassthroughWrite  int64 `json:"passthrough_write"`
 	PassthroughCopied int64 `json:"passthrough_copied"`
+	// RawFiles: files found to keep their own consistency (SQLite) and
+	// served in place from then on; RawOpens: opens of such files.
+	RawFiles int64 `json:"raw_files"`
+	RawOpens int64 `json:"raw_opens"`
 }
 
 type counters struct {
@@ -58,6 +62,7 @@ type counters struct {
 	passthrough, passthroughDirect                            atomic.Int64
 	passthroughWrite, passthroughCopied                       atomic.Int64
 	versionFd                                                 atomic.Int64 // opens that took a node's descriptor (readerfd.go); tests only
+	rawFiles, rawOpens                                        atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -66,7 +71,8 @@ func (c *counters) snapshot() Stats {
 		Dropped:       c.dropped.Load(), TooManyFiles: c.tooManyFiles.Load(), NoSpace: c.noSpace.Load(),
 		RMWSessions: c.rmwSessions.Load(), RMWWaits: c.rmwWaits.Load(), RMWCycles: c.rmwCycles.Load(), RMWGaveUp: c.rmwGaveUp.Load(),
 		RMWWaitNanos: c.rmwWaitNanos.Load(), RMWReadOnly: c.rmwReadOnly.Load(), Passthrough: c.passthrough.Load(), PassthroughDirect: c.passthroughDirect.Load(),
-		PassthroughWrite: c.passthroughWrite.Load(), PassthroughCopied: c.passthroughCopied.Load()}
+		PassthroughWrite: c.passthroughWrite.Load(), PassthroughCopied: c.passthroughCopied.Load(),
+		RawFiles: c.rawFiles.Load(), RawOpens: c.rawOpens.Load()}
 }
 
 // Stats returns the counts since the mount.
@@ -85,5 +91,6 @@ func (r *root) logStats() {
 		zap.Int64("rmw_cycles_broken", st.RMWCycles), zap.Int64("rmw_waits_given_up", st.RMWGaveUp),
 		zap.Duration("rmw_waited", time.Duration(st.RMWWaitNanos)), zap.Int64("rmw_readonly_opens", st.RMWReadOnly),
 		zap.Int64("passthrough", st.Passthrough), zap.Int64("passthrough_direct", st.PassthroughDirect),
-		zap.Int64("passthrough_write", st.PassthroughWrite), zap.Int64("passthrough_copied", st.PassthroughCopied))
+		zap.Int64("passthrough_write", st.PassthroughWrite), zap.Int64("passthrough_copied", st.PassthroughCopied),
+		zap.Int64("raw_files", st.RawFiles), zap.Int64("raw_opens", st.RawOpens))
 }

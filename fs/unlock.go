@@ -166,7 +166,7 @@ func (n *Node) learnPublished() {
 func (h *handle) followLatest() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed || h.cached || h.pt || h.mapped.Load() {
+	if h.closed || h.cached || h.pt || h.mapped.Load() || h.raw {
 		return
 	}
 	ver := h.n.f.ver()

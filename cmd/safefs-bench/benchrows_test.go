@@ -170,3 +170,23 @@ func TestFUSETrace(t *testing.T) {
 	}
 	assertNoMount(t, dir)
 }
+
+// TestSQLiteBench runs the sqlite-wal workload briefly on the backing
+// target and on safefs: a rate, every transaction counted.
+func TestSQLiteBench(t *testing.T) {
+	if _, err := os.Stat(python); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%v (.ci/run installs python3)", err)
+		}
+		t.Skip(err)
+	}
+	testfs.Available(t)
+	var out, errOut bytes.Buffer
+	err := run([]string{"-dir", t.TempDir(), "-markdown", "-targets", "backing,safefs", "-workloads", "sqlite-wal", "-sqlite-runs", "20"}, &out, &errOut)
+	t.Logf("table:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	require.NoError(t, err)
+	rows := markdownRows(t, out.String())
+	require.Len(t, rows["sqlite-wal"], 2)
+	assert.Regexp(t, `^[0-9.]+ tx/s \(1\.00x, \?\)$`, rows["sqlite-wal"][0])
+	assert.Regexp(t, `^[0-9.]+ tx/s \([0-9.]+x, \?\)$`, rows["sqlite-wal"][1])
+}

@@ -45,11 +45,17 @@ func counterRun(e *env) (float64, error) {
 // runPerls runs n Perl processes of prog with args at once and waits
 // for all of them; what is the workload's name in errors.
 func runPerls(e *env, what string, n int, prog string, args ...string) error {
+	return runProcs(e, what, n, "perl", append([]string{"-e", prog}, args...)...)
+}
+
+// runProcs runs n processes of program with args at once and waits for
+// all of them; what is the workload's name in errors.
+func runProcs(e *env, what string, n int, program string, args ...string) error {
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]bytes.Buffer, n)
 	var errs []error
 	for i := range cmds {
-		cmds[i] = exec.CommandContext(e.ctx, "perl", append([]string{"-e", prog}, args...)...)
+		cmds[i] = exec.CommandContext(e.ctx, program, args...)
 		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
 		if err := cmds[i].Start(); err != nil {
 			errs = append(errs, err)

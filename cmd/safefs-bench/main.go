@@ -77,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.IntVar(&cfg.servletRuns, "servlet-runs", 25, "servlet: requests per thread (8 threads)")
 	fl.IntVar(&cfg.viewsN, "views-n", 160, "cgi-views: views")
 	fl.IntVar(&cfg.bbsN, "bbs-n", 400, "cgi-bbs: requests (one POST in ten)")
+	fl.IntVar(&cfg.sqliteProcs, "sqlite-procs", 8, "sqlite-wal: processes at once")
+	fl.IntVar(&cfg.sqliteRuns, "sqlite-runs", 500, "sqlite-wal: transactions per process")
 	etcdURL := fl.String("etcd", "", "with -cluster: the etcd (URL) the safefs-etcd rows lock through")
 	clusterTable := fl.Bool("cluster", false, "print only the cluster table: commits/s with in-process and etcd locks, 1 and 2 daemons (issue 13)")
 	clusterN := fl.Int("cluster-n", 200, "-cluster: commits per writer per cell")
@@ -305,8 +307,8 @@ func printFacts(w io.Writer, dir string, cfg config, markdown bool) {
 		fmt.Sprintf("dir:    %s (%s, %s free)", dir, fsType, sizeFlag(free)),
 		fmt.Sprintf("sizes:  create-4k %d files, rewrite-4k %d commits, seq %s in 1 MiB I/Os (reads x %d), mmap %s, append %d x 100 B, stat %d files x %d, counter %d x %d, apache %d requests (rewriter pause %v)",
 			cfg.createN, cfg.rewriteN, sizeFlag(cfg.seqSize), cfg.readPasses, sizeFlag(cfg.mmapSize), cfg.appendN, cfg.statN, cfg.statPasses, cfg.counterProcs, cfg.counterRuns, cfg.apacheN, cfg.apachePause),
-		fmt.Sprintf("        flock-counter %d x %d, writers-K %d commits in all, memory %d files then %s through one handle, read-64k %d reads",
-			cfg.flockProcs, cfg.flockRuns, cfg.writersN, cfg.memFiles, sizeFlag(cfg.memSize), cfg.readN),
+		fmt.Sprintf("        flock-counter %d x %d, writers-K %d commits in all, memory %d files then %s through one handle, read-64k %d reads, sqlite-wal %d x %d",
+			cfg.flockProcs, cfg.flockRuns, cfg.writersN, cfg.memFiles, sizeFlag(cfg.memSize), cfg.readN, cfg.sqliteProcs, cfg.sqliteRuns),
 		"cells:  figure (ratio to backing, ratio to loopback, and in the commit rows to byhand: the durable atomic write by hand)",
 	}
 	for _, l := range lines {

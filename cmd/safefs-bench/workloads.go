@@ -34,6 +34,8 @@ type config struct {
 	servletRuns  int           // servlet: requests per thread
 	viewsN       int           // cgi-views: views
 	bbsN         int           // cgi-bbs: requests
+	sqliteProcs  int           // sqlite-wal processes
+	sqliteRuns   int           // sqlite-wal transactions per process
 	flockProcs   int           // flock-counter processes
 	flockRuns    int           // flock-counter commits per process
 	writersN     int           // writers-K: commits in all, shared among the K writers
@@ -46,7 +48,7 @@ type config struct {
 func (c config) valid() bool {
 	for _, n := range []int64{int64(c.createN), int64(c.rewriteN), int64(c.appendN), int64(c.statN),
 		int64(c.statPasses), int64(c.readN), int64(c.readPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), int64(c.cgiN), int64(c.servletRuns), int64(c.viewsN), int64(c.bbsN), c.seqSize, c.mmapSize,
-		int64(c.flockProcs), int64(c.flockRuns), int64(c.writersN), int64(c.memFiles), c.memSize} {
+		int64(c.flockProcs), int64(c.flockRuns), int64(c.writersN), int64(c.memFiles), c.memSize, int64(c.sqliteProcs), int64(c.sqliteRuns)} {
 		if n < 1 {
 			return false
 		}
@@ -58,7 +60,7 @@ func (c config) valid() bool {
 // keep their processes: with fewer there is little race to measure.
 func (c *config) shrink() {
 	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.readN, &c.counterRuns, &c.apacheN, &c.cgiN, &c.servletRuns, &c.viewsN, &c.bbsN,
-		&c.flockRuns, &c.writersN, &c.memFiles} {
+		&c.flockRuns, &c.writersN, &c.memFiles, &c.sqliteRuns} {
 		*n = max(*n/10, 1)
 	}
 	c.seqSize = max(c.seqSize/10/chunk*chunk, chunk)
@@ -129,6 +131,7 @@ var workloads = []workload{
 	{name: "servlet", unit: "kept", setup: servletSetup, run: servletRun, total: servletTotal, title: servletTitle, extra: servletTimeTitle},
 	{name: "cgi-views", unit: "views/s", setup: bbsSetup, run: viewsRun, title: viewsTitle, anchor: "safefs-rmw-off"},
 	{name: "cgi-bbs", unit: "req/s", setup: bbsSetup, run: mixedRun, title: mixedTitle, extra: mixedPostsTitle, anchor: "safefs-rmw-off"},
+	{name: "sqlite-wal", unit: "tx/s", setup: sqliteSetup, run: sqliteRun},
 }
 
 var block4k = pattern(4096)

@@ -1,0 +1,600 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Raw files (docs/sqlite.md). Some files keep their own consistency: a
+// SQLite database with its rollback journal, its write-ahead log and
+// the WAL's shared-memory index. SQLite writes pages in place, orders
+// them with fsync, tells processes apart with fcntl locks at fixed
+// bytes, and shares the index through MAP_SHARED maps of the -shm file.
+// Staging breaks each of these: a page written by one connection stays
+// pending while another reads the file, each commit is a new inode, and
+// a map's size and pages are a version's, not the file's. So such a file
+// is served raw: every open reads and writes its one backing inode in
+// place (no staging, no versions, fsync forwarded), and the kernel is
+// given that inode as the backing file of each open (passthrough), so
+// that every process's reads, writes and maps share its page cache and
+// its size; without passthrough, each open shares its kernel inode's
+// page cache instead (not direct I/O).
+//
+// With cache=version those opens share one kernel inode, the raw node:
+// that of the generation the file had when it became raw, or of a new
+// one if it had been opened before (makeRaw). The kernel refuses an open
+// without the backing file of an inode that has one, and applies OPEN
+// replies in whatever order their callers wake: an open decided before
+// the file was raw, arriving after a passed-through one on the same
+// inode, would fail (and SQLite would take the database for read-only).
+// So opens that were not raw never meet the raw node; an open of a raw
+// file that reaches another node is sent to the raw node (ESTALE), and
+// if it comes back there all the same it is direct I/O: its reads and
+// writes reach the raw file through the daemon.
+//
+// A file is raw from the moment one of these is seen, for as long as
+// the daemon knows the logical file:
+//   - its name ends in -journal, -wal or -shm and the name without it is
+//     a regular file in the same directory (rawName);
+//   - it begins with the SQLite header (rawContent), looked at once per
+//     committed version, at its first open;
+//   - a writer takes an fcntl lock at SQLite's lock bytes on it while it
+//     is empty or has the header (rawLock): a new database, whose creator
+//     locks it before it writes the header.
+//
+// A commit never renames over a raw file: the handles serving it would
+// be left on the replaced inode. A handle that holds pending bytes when
+// its file becomes raw publishes them in place (commitWhole) at its
+// commit point and is served raw from then on; a clean one is switched
+// at once (switchRaw).
+
+// sqliteHeader begins every SQLite 3 database file.
+const sqliteHeader = "SQLite format 3\x00"
+
+// SQLite's lock bytes (os_unix.c): the database's PENDING_BYTE, then
+// RESERVED_BYTE and the 510 bytes of the SHARED range; the -shm file's
+// eight WAL locks from byte 120 and its DMS byte (128).
+const (
+	sqlitePending = 0x40000000
+	sqliteLockEnd = sqlitePending + 2 + 510
+	shmLockFirst  = 120
+	shmLockLast   = 128
+)
+
+// rawSuffixes are the names SQLite gives a database's siblings.
+var rawSuffixes = []string{"-journal", "-wal", "-shm"}
+
+// rawFile is a file's raw state (under f.mu, but file.raw).
+type rawFile struct {
+	// plain: a committed version found not raw (rawNow): not looked at
+	// again.
+	plain key
+	// gen: the raw node's generation (cache=version).
+	gen uint64
+	// pt: the file's backing inode, open for reading and writing and
+	// registered as the backing file (ID ptID) of open handles; open
+	// counts them.
+	pt   *os.File
+	ptID int32
+	open int
+	// cached: open handles reading through a node's page cache.
+	cached int
+}
+
+// rawMode is how a raw node serves its opens, decided by its first.
+type rawMode int
+
+const (
+	rawUndecided rawMode = iota
+	rawPassthrough
+	rawPageCache
+)
+
+func (f *file) isRaw() bool { return f.raw.Load() }
+
+// rawName reports whether nm in dir is a database's sibling: a SQLite
+// suffix after the name of a regular file there.
+func rawName(dir int, nm string) bool {
+	for _, s := range rawSuffixes {
+		if base, ok := strings.CutSuffix(nm, s); ok && base != "" {
+			st, err := statAt(dir, base)
+			return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+		}
+	}
+	return false
+}
+
+// rawSibling reports whether one of f's names is a database's sibling.
+func (n *Node) rawSibling() bool {
+	for _, o := range n.f.nameList() {
+		raw := false
+		_ = o.withDir(func(dir int) error { raw = rawName(dir, o.name); return nil })
+		if raw {
+			return true
+		}
+	}
+	return false
+}
+
+// rawNow reports whether n's file is served raw, looking at its name
+// and its committed version's first bytes if that version was not
+// looked at yet. Called at each open, with its flags, before anything is
+// opened. A truncating writer's open does not look at the content (it
+// throws it away: not SQLite's way), and leaves the version to the next.
+func (n *Node) rawNow(flags uint32) bool {
+	f := n.f
+	if f.kind != unix.S_IFREG {
+		return false
+	}
+	if f.isRaw() {
+		return true
+	}
+	k := n.r.ids.current(f)
+	f.mu.Lock()
+	seen := f.rw.plain == k
+	f.mu.Unlock()
+	if seen {
+		return false
+	}
+	why := ""
+	if n.rawSibling() {
+		why = "name"
+	} else if isWrite(flags) && flags&syscall.O_TRUNC != 0 {
+		return false
+	} else if c := n.rawContent(); c == contentSQLite {
+		why = "header"
+	}
+	if why == "" {
+		f.mu.Lock()
+		f.rw.plain = k
+		f.mu.Unlock()
+		return false
+	}
+	n.makeRaw(why, false)
+	return true
+}
+
+type content int
+
+const (
+	contentOther content = iota
+	contentEmpty
+	contentSQLite
+)
+
+// sqliteMinSize is a database's smallest size: one page of the smallest
+// page size.
+const sqliteMinSize = 512
+
+// rawContent tells an empty committed version and a SQLite database
+// from any other content (unknown: other). A smaller file than a
+// database costs one stat, without an open.
+func (n *Node) rawContent() content {
+	st, err := n.statNamed()
+	if err != nil {
+		return contentOther
+	}
+	if st.Size == 0 {
+		return contentEmpty
+	}
+	if st.Size < sqliteMinSize {
+		return contentOther
+	}
+	f, err := n.openCurrent(unix.O_RDONLY | unix.O_NOATIME)
+	if errors.Is(err, syscall.EPERM) {
+		f, err = n.openCurrent(unix.O_RDONLY) // O_NOATIME needs the owner's rights
+	}
+	if err != nil {
+		return contentOther
+	}
+	defer f.Close()
+	var b [len(sqliteHeader)]byte
+	if m, _ := unix.Pread(int(f.Fd()), b[:], 0); m == len(b) && string(b[:]) == sqliteHeader {
+		return contentSQLite
+	}
+	return contentOther
+}
+
+// rawLock makes n's file raw when lk, an fcntl lock asked for through fh,
+// is at SQLite's lock bytes, the asker has it open for writing, and the
+// file is empty or a database. A reader's lock, or a lock on a file with
+// other content, changes nothing: only someone who may write a file can
+// make its writes in place, and only for what SQLite uses.
+func (n *Node) rawLock(fh gofs.FileHandle, lk *fuse.FileLock) {
+	f := n.f
+	if f.kind != unix.S_IFREG || f.isRaw() || lk.Typ == unix.F_UNLCK || !n.sqliteLock(lk) {
+		return
+	}
+	if h, ok := fh.(*handle); !ok || !h.write {
+		return
+	}
+	if c := n.rawContent(); c == contentEmpty || c == contentSQLite {
+		n.makeRaw("lock", false)
+	}
+}
+
+// sqliteLock reports whether lk is at SQLite's lock bytes of a database,
+// or of a -shm file.
+func (n *Node) sqliteLock(lk *fuse.FileLock) bool {
+	if lk.Start >= sqlitePending && lk.Start < sqliteLockEnd {
+		return true
+	}
+	if lk.Start < shmLockFirst || lk.End > shmLockLast {
+		return false
+	}
+	for _, o := range n.f.nameList() {
+		if strings.HasSuffix(o.name, "-shm") {
+			return true
+		}
+	}
+	return false
+}
+
+// makeRaw marks n's file raw and switches its clean handles. create:
+// n was reached by a create, which the kernel does not run beside other
+// opens of the name: n may be the raw node unless readers hold its pages
+// or backing file.
+func (n *Node) makeRaw(why string, create bool) {
+	f := n.f
+	f.mu.Lock()
+	if f.isRaw() {
+		f.mu.Unlock()
+		return
+	}
+	f.raw.Store(true)
+	f.pt.never = true // no reader's version is passed through (passthrough.go)
+	if n.r.opts.VersionCache {
+		if !create || n.rl.cached > 0 || n.rl.pt.id != 0 || n.handle(func(h *handle) bool { return h.mapped.Load() }) != nil {
+			f.moveOn(n.r)
+		}
+		f.rw.gen = f.curGen() // moveOn keeps it from now on
+	}
+	old := f.takeReaderFds()
+	f.mu.Unlock()
+	releaseAll(old)
+	n.r.count.rawFiles.Add(1)
+	log := n.r.log.Info
+	if why == "name" {
+		log = n.r.log.Debug // a journal per transaction, in some modes
+	}
+	log("served raw: a file that keeps its own consistency (SQLite) is read and written in place",
+		zap.String("path", logPath(n.path())), zap.String("seen_by", why))
+	for _, h := range f.handleList() {
+		h.mu.Lock()
+		h.switchRaw()
+		h.mu.Unlock()
+	}
+}
+
+// switchRaw makes h, a handle of a file that became raw, read and write
+// the file's one backing inode (h.mu held). A handle with pending bytes
+// is switched after its commit, which writes them in place (commit).
+// A writer whose kernel writes its staging file (ptwrite.go) is never
+// switched: its writes keep coming there, and each close publishes them.
+func (h *handle) switchRaw() {
+	if h.raw || h.closed || h.private || h.ptWrite || !h.n.f.isRaw() {
+		return
+	}
+	if h.dirty || h.stage != nil || h.newFile || len(h.buf) > 0 {
+		return
+	}
+	mode := h.baseFlags()
+	if h.append {
+		mode |= unix.O_APPEND
+	}
+	fd, err := h.n.openCurrent(mode)
+	if err == nil {
+		err = h.rawSetID(fd)
+	}
+	if err != nil {
+		// Unlinked, or replaced directly in BACKING: it keeps the
+		// inode it has, which no other open can reach.
+		h.n.r.log.Debug("raw: a handle keeps its version", zap.String("path", logPath(h.n.path())), zap.Error(err))
+		if fd != nil {
+			fd.Close()
+		}
+		return
+	}
+	f := h.n.f
+	f.mu.Lock() // quiet reads a reader's baseVer under it
+	h.setBase(fd, f.version)
+	f.mu.Unlock()
+	h.raw = true
+	h.mapped.Store(false) // its size is the file's now (kernelSize)
+}
+
+// openRaw is Open of a raw file. An open that reaches another node than
+// the raw node is sent there (ESTALE, see roles.go), unless it is that
+// retry.
+func (n *Node) openRaw(ctx context.Context, flags uint32, tid uint32, retry bool) (gofs.FileHandle, uint32, syscall.Errno) {
+	if !retry && n.rawSendOn() {
+		n.r.refused.note(tid)
+		return nil, 0, syscall.ESTALE
+	}
+	if err := n.r.takeFile(ctx); err != nil {
+		return nil, 0, n.errno(err)
+	}
+	mode := unix.O_RDONLY
+	if isWrite(flags) {
+		mode = unix.O_RDWR
+	}
+	if flags&syscall.O_APPEND != 0 {
+		mode |= unix.O_APPEND
+	}
+	base, err := n.openCurrent(mode)
+	if errors.Is(err, syscall.ENOENT) {
+		base, err = n.f.openGhost(mode)
+	}
+	if errors.Is(err, syscall.ENOENT) {
+		err = syscall.ESTALE // see open
+	}
+	var h *handle
+	if err == nil {
+		h, err = n.rawHandle(ctx, base, flags, false)
+	}
+	if err != nil {
+		n.r.files.give(callerUID(ctx))
+		if errors.Is(err, syscall.ESTALE) {
+			n.r.refused.note(tid)
+		}
+		return nil, 0, n.errno(err)
+	}
+	return h, n.rawReply(ctx, h), 0
+}
+
+// rawHandle makes a raw handle on base, the file's backing inode, open
+// with the open's mode. created: the caller's create made it.
+func (n *Node) rawHandle(ctx context.Context, base *os.File, flags uint32, created bool) (*handle, error) {
+	h := n.handleOn(ctx, base, n.f.ver(), flags)
+	h.raw = true
+	err := h.rawSetID(base)
+	if err == nil && h.write && flags&syscall.O_TRUNC != 0 && !created {
+		err = unix.Ftruncate(int(base.Fd()), 0)
+	}
+	if err != nil {
+		base.Close()
+		return nil, err
+	}
+	n.f.addHandle(h)
+	n.r.count.rawOpens.Add(1)
+	return h, nil
+}
+
+// rawSendOn reports whether an open of raw n must go to the raw node:
+// the kernel's retry looks the name up again, and lookups give the raw
+// node's generation (f.mu not held).
+func (n *Node) rawSendOn() bool {
+	f := n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !n.rawNode()
+}
+
+// rawNode reports whether n is its raw file's raw node (f.mu held).
+func (n *Node) rawNode() bool {
+	return !n.r.opts.VersionCache || n.rl.gen == n.f.rw.gen
+}
+
+// rawSetID takes set-uid (and set-gid) off a raw file that h, a non-root
+// caller's writer, is to write through f, before any write: the daemon
+// writes as root, and so does the kernel for a passed-through write (with
+// the daemon's credentials), so neither would clear them (contract 11).
+func (h *handle) rawSetID(f *os.File) error {
+	if !h.write || h.uid == 0 {
+		return nil
+	}
+	st, err := fstat(int(f.Fd()))
+	if err != nil {
+		return err
+	}
+	return h.dropSetID(f, &st)
+}
+
+// rawReply is the OPEN reply's flags for raw handle h on n. On the raw
+// node: the file's backing inode passed through (cache=version only:
+// with one node per file, an open decided before the file was raw may
+// still be on its way), else the node's page cache, kept from one open
+// to the next while another is open (daemon-side writes drop what they
+// change: rawChanged). Elsewhere (a retry that missed the raw node, or
+// cache=direct while a reader's version is passed through), direct I/O.
+func (n *Node) rawReply(ctx context.Context, h *handle) uint32 {
+	f := n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n.rl.pt.id != 0 {
+		n.ptShare(ctx, h) // a reader's node: every open shares its backing
+		return fuse.FOPEN_DIRECT_IO
+	}
+	if f.pt.open > 0 {
+		// cache=direct: a reader passed through before the file became
+		// raw (passthrough.go); every open of the inode shares its backing.
+		f.pt.open++
+		h.pt = true
+		if cancel, ok := replyOf(ctx); ok {
+			n.r.pt.ids.Store(cancel, f.pt.id)
+		}
+		return fuse.FOPEN_DIRECT_IO
+	}
+	if !n.rawNode() || n.rl.cached > 0 {
+		return fuse.FOPEN_DIRECT_IO
+	}
+	switch n.rl.rawMode {
+	case rawUndecided:
+		if n.r.opts.VersionCache && n.rawBacking(ctx, h) {
+			n.rl.rawMode = rawPassthrough
+			return 0
+		}
+		n.rl.rawMode = rawPageCache
+	case rawPassthrough:
+		// No passthrough file of n is open if this fails (the backing
+		// is registered while any is): direct I/O is then allowed.
+		if n.rawBacking(ctx, h) {
+			return 0
+		}
+		return fuse.FOPEN_DIRECT_IO
+	}
+	keep := n.rl.rawCached > 0
+	n.rl.rawCached++
+	f.rw.cached++
+	h.rawCached = true
+	if keep {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	return 0 // no other open kept its pages up to date: dropped at this open
+}
+
+// rawBacking gives h's open the file's backing inode as its backing file,
+// registered at the first such open (f.mu held). false: passthrough is
+// off or unavailable.
+func (n *Node) rawBacking(ctx context.Context, h *handle) bool {
+	r, f := n.r, n.f
+	if !r.opts.Passthrough || r.pt.off.Load() {
+		return false
+	}
+	cancel, ok := replyOf(ctx)
+	if !ok {
+		return false
+	}
+	if f.rw.ptID == 0 {
+		// Writable whatever h's mode: every open of the inode shares
+		// it, and the kernel checks each file's own mode.
+		fd, err := unix.Open(procPath(int(h.base.Fd())), unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			r.log.Warn("raw: backing file not opened for passthrough: served through the page cache",
+				zap.String("path", logPath(n.path())), zap.Error(err))
+			return false
+		}
+		pt := os.NewFile(uintptr(fd), "raw")
+		id, ok := r.ptBacking(pt)
+		if !ok {
+			pt.Close()
+			return false
+		}
+		f.rw.pt, f.rw.ptID = pt, id
+	}
+	f.rw.open++
+	h.rawPt = true
+	r.pt.ids.Store(cancel, f.rw.ptID)
+	return true
+}
+
+// rawReleased drops h's count on the file's raw backing file, the last
+// one unregisters it (the kernel keeps it while a file of it is open),
+// or on its node's page cache.
+func (h *handle) rawReleased() {
+	if !h.rawPt && !h.rawCached {
+		return
+	}
+	f := h.n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h.rawCached {
+		h.rawCached = false
+		h.n.rl.rawCached--
+		f.rw.cached--
+		return
+	}
+	h.rawPt = false
+	if f.rw.open--; f.rw.open > 0 {
+		return
+	}
+	h.n.r.ptUnregister(f.rw.ptID)
+	f.rw.pt.Close()
+	f.rw.pt, f.rw.ptID = nil, 0
+}
+
+// The raw handle's operations: the backing inode's own.
+
+func (h *handle) rawRead(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := unix.Pread(int(h.base.Fd()), dest, off)
+	if err != nil {
+		return nil, h.errno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// rawWrite writes at off, or at the end for an appender (base is open
+// O_APPEND).
+func (h *handle) rawWrite(data []byte, off int64) (uint32, syscall.Errno) {
+	if err := h.n.r.roomFor(h.uid, int64(len(data))); err != nil {
+		return 0, h.errno(err)
+	}
+	n, err := unix.Pwrite(int(h.base.Fd()), data, off)
+	if n > 0 {
+		h.rawChanged(off, int64(n))
+	}
+	return uint32(max(n, 0)), h.errno(err)
+}
+
+// rawChanged drops the pages of [off, off+size) (size 0: to the end)
+// that nodes serving the raw file from their page cache hold, after a
+// change that did not go through that cache: the kernel updates a node's
+// pages with the writes made through it, not with the daemon's.
+func (h *handle) rawChanged(off, size int64) {
+	f := h.n.f
+	f.mu.Lock()
+	if f.rw.cached == 0 {
+		f.mu.Unlock()
+		return
+	}
+	var nodes []*Node
+	for o := range f.handles {
+		if o.rawCached && !(h.rawCached && o.n == h.n) && !slices.Contains(nodes, o.n) {
+			nodes = append(nodes, o.n)
+		}
+	}
+	f.mu.Unlock()
+	for _, n := range nodes {
+		// ENOENT: the kernel has forgotten it, nothing to drop.
+		_ = n.NotifyContent(off, size)
+	}
+}
+
+// fsyncDataOnly is FUSE_FSYNC_FDATASYNC in a FSYNC request's flags.
+const fsyncDataOnly = 1
+
+// rawTruncate is ftruncate of the backing inode.
+func (h *handle) rawTruncate(size int64) error {
+	if err := unix.Ftruncate(int(h.base.Fd()), size); err != nil {
+		return err
+	}
+	h.rawChanged(size, 0)
+	return nil
+}
+
+// rawAllocate is fallocate of the backing inode (a hole punched, a range
+// zeroed: pages change).
+func (h *handle) rawAllocate(mode uint32, off, size int64) syscall.Errno {
+	if err := unix.Fallocate(int(h.base.Fd()), mode, off, size); err != nil {
+		return h.errno(err)
+	}
+	h.rawChanged(off, size)
+	return 0
+}
+
+// rawSync is fsync (fdatasync if datasync) of the backing inode.
+func (h *handle) rawSync(datasync bool) syscall.Errno {
+	if datasync {
+		return h.errno(unix.Fdatasync(int(h.base.Fd())))
+	}
+	return h.errno(h.base.Sync())
+}
+
+// rawTruncatePath is truncate(path) of a raw file: in place.
+func (n *Node) rawTruncatePath(size uint64) error {
+	f, err := n.openCurrent(unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Ftruncate(int(f.Fd()), int64(size))
+}

@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/fs"
+	"github.com/safefs/safefs/internal/mountinfo"
 	"github.com/safefs/safefs/testfs"
 )
 
@@ -336,16 +337,11 @@ func advMounted(t testing.TB, dir string) (string, bool) {
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) >= 4 && unescapeMount(f[1]) == dir {
+		if len(f) >= 4 && mountinfo.Unescape(f[1]) == dir {
 			return f[3], true
 		}
 	}
 	return "", false
-}
-
-func unescapeMount(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
 }
 
 // advHung is called when a request through an in-process mount did not
@@ -414,17 +410,16 @@ func advCombined(t testing.TB, ctx context.Context, dir, what string, cmd *exec.
 // of dir (which aborts the connection too).
 func advAbortFuse(t testing.TB, dir string) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 5 || unescapeMount(f[4]) != dir {
+	for _, m := range ms {
+		if m.Point != dir {
 			continue
 		}
-		_, minor, ok := strings.Cut(f[2], ":")
+		_, minor, ok := strings.Cut(m.Dev, ":")
 		if !ok {
 			continue
 		}

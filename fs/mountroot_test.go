@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/mountinfo"
 )
 
 // aclProbe mounts with the FUSE request trace in an observed log, and
@@ -96,11 +98,11 @@ func replyNode(t *testing.T, msgs []string, is func(string) bool) (string, int) 
 
 // rootField is the mount's root as /proc/self/mountinfo shows it.
 func (p *aclProbe) rootField() string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mountinfo.Read(mountinfo.Self)
 	require.NoError(p.t, err)
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == p.mnt {
-			return f[3]
+	for _, m := range ms {
+		if m.Point == p.mnt {
+			return m.Root
 		}
 	}
 	p.t.Fatalf("%s is not in the mount table", p.mnt)

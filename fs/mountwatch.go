@@ -1,12 +1,12 @@
 package fs
 
 import (
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/mountinfo"
 )
 
 // An unmount from outside (umount, the stop of an fstab mount unit)
@@ -90,33 +90,5 @@ func mountedElsewhere(conn uint32) bool {
 	if conn == 0 {
 		return false
 	}
-	dev := "0:" + strconv.FormatUint(uint64(conn), 10)
-	self, _ := os.Readlink("/proc/self/ns/mnt")
-	seen := map[string]bool{self: true}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		ns, err := os.Readlink("/proc/" + e.Name() + "/ns/mnt")
-		if err != nil || seen[ns] {
-			continue
-		}
-		seen[ns] = true
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/mountinfo"); err == nil && mountsDevice(string(b), dev) {
-			return true
-		}
-	}
-	return false
-}
-
-// mountsDevice reports whether mountinfo text lists a mount of device dev.
-func mountsDevice(mountinfo, dev string) bool {
-	for _, line := range strings.Split(mountinfo, "\n") {
-		// ID PARENT MAJ:MIN ...
-		if f := strings.Fields(line); len(f) > 2 && f[2] == dev {
-			return true
-		}
-	}
-	return false
+	return mountinfo.Elsewhere("0:" + strconv.FormatUint(uint64(conn), 10))
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/mountinfo"
 )
 
 // What the daemon learns about a caller comes from /proc. Reading /proc
@@ -340,49 +342,5 @@ func (r *root) mountID() int { return int(r.mntID.Load()) }
 // SafefsMount finds the safefs mount at mountpoint in
 // /proc/self/mountinfo: its mount ID and its source (BACKING).
 func SafefsMount(mountpoint string) (id int, source string, found bool) {
-	return mountEntry(mountpoint, "fuse."+mountName)
-}
-
-// mountEntry finds the mount of type fstype at mountpoint in
-// /proc/self/mountinfo, the last one mounted there (it is on top).
-func mountEntry(mountpoint, fstype string) (id int, source string, found bool) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return 0, "", false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 2 || g[0] != fstype || unescapeMount(f[4]) != mountpoint {
-			continue
-		}
-		if n, err := strconv.Atoi(f[0]); err == nil {
-			id, source, found = n, unescapeMount(g[1]), true
-		}
-	}
-	return id, source, found
-}
-
-// unescapeMount undoes mountinfo's octal escapes (space, tab, newline,
-// backslash).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var out []byte
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				out = append(out, byte(n))
-				i += 3
-				continue
-			}
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
+	return mountinfo.Find(mountpoint, "fuse."+mountName)
 }

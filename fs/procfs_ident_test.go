@@ -33,22 +33,3 @@ func TestFdIdentity(t *testing.T) {
 	assert.False(t, holdsOpen(self, sx.Ino+1<<40, int(sx.Mnt_id)), "another inode")
 	assert.False(t, holdsOpen(self, sx.Ino, 0), "mount unknown")
 }
-
-func TestMountID(t *testing.T) {
-	var sx unix.Statx_t
-	require.NoError(t, unix.Statx(unix.AT_FDCWD, "/proc", 0, unix.STATX_MNT_ID, &sx))
-	id, src, ok := mountEntry("/proc", "proc")
-	assert.True(t, ok)
-	assert.Equal(t, int(sx.Mnt_id), id)
-	assert.Equal(t, "proc", src)
-	_, _, ok = mountEntry("/proc", "ext4")
-	assert.False(t, ok, "another type")
-	_, _, ok = mountEntry("/nowhere", "proc")
-	assert.False(t, ok)
-}
-
-func TestUnescapeMount(t *testing.T) {
-	assert.Equal(t, "/mnt/a b\tc\\d", unescapeMount(`/mnt/a\040b\011c\134d`))
-	assert.Equal(t, "/plain", unescapeMount("/plain"))
-	assert.Equal(t, `/odd\04`, unescapeMount(`/odd\04`), "a cut escape is kept")
-}

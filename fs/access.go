@@ -8,6 +8,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // mayOpen checks that the caller may open the existing file fd (stat
@@ -53,7 +55,7 @@ func inGroup(c *fuse.Caller, gid uint32) bool {
 	if c.Gid == gid {
 		return true
 	}
-	for _, g := range strings.Fields(procStatus(c.Pid&^noFh, "Groups")) {
+	for _, g := range strings.Fields(proc.Status(c.Pid&^noFh, "Groups")) {
 		if n, err := strconv.ParseUint(g, 10, 32); err == nil && uint32(n) == gid {
 			return true
 		}
@@ -71,6 +73,6 @@ func callerHasCap(ctx context.Context, bit uint) bool {
 	if !ok {
 		return false
 	}
-	eff, err := strconv.ParseUint(procStatus(c.Pid&^noFh, "CapEff"), 16, 64)
+	eff, err := strconv.ParseUint(proc.Status(c.Pid&^noFh, "CapEff"), 16, 64)
 	return err == nil && eff&(1<<bit) != 0
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -564,7 +565,7 @@ var errCloserKilled = errors.New("writer killed by a signal during its commit")
 // does not outlive the lease's margin.
 func (h *handle) copyAppend(target *os.File, size, n int64, g grant) error {
 	for off := int64(0); off < n; off += appendChunk {
-		if off > 0 && h.closer != 0 && h.n.r.opts.KillCheck && killedBySignal(h.closer) {
+		if off > 0 && h.closer != 0 && h.n.r.opts.KillCheck && proc.KilledBySignal(h.closer) {
 			return errCloserKilled
 		}
 		if off > 0 && h.n.r.clustered() {

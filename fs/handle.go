@@ -12,6 +12,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // handle is one open file. A reader reads the version it opened. A
@@ -490,7 +492,7 @@ func (h *handle) flush(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	if h.n.r.opts.KillCheck {
-		if c, ok := fuse.FromContext(ctx); ok && killedBySignal(c.Pid) {
+		if c, ok := fuse.FromContext(ctx); ok && proc.KilledBySignal(c.Pid) {
 			if h.publishes() {
 				// A killed appender keeps its complete lines
 				// (appendpub.go); a partial last line is not committed.
@@ -604,7 +606,7 @@ func (h *handle) deferTrunc(ctx context.Context) bool {
 	if tgid := h.tgidOf(c.Pid); tgid != 0 && tgid != h.tgid {
 		return true
 	}
-	return holdsOpen(c.Pid, h.n.f.ino, h.n.r.mountID())
+	return proc.HoldsOpen(c.Pid, h.n.f.ino, h.n.r.mountID())
 }
 
 // openerGoesOn reports whether a close from a process other than the
@@ -620,7 +622,7 @@ func (h *handle) openerGoesOn(ctx context.Context) bool {
 	if tgid := h.tgidOf(c.Pid); tgid == 0 || tgid == h.tgid {
 		return false
 	}
-	return holdsOpen(h.tgid, h.n.f.ino, h.n.r.mountID())
+	return proc.HoldsOpen(h.tgid, h.n.f.ino, h.n.r.mountID())
 }
 
 // rank orders a process's handles by how likely its fstat means them:

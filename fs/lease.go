@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // Leases (fcntl F_SETLEASE) on backing files. Any user may take one on a
@@ -74,47 +72,6 @@ func (w *leaseWaiter) again(ctx context.Context) bool {
 	}
 }
 
-// leaseHolder is a process /proc/locks shows holding a lease on a file.
-type leaseHolder struct {
-	Pid   int    `json:"pid"`
-	UID   int    `json:"uid"` // -1 if unknown
-	Comm  string `json:"comm"`
-	State string `json:"state"` // ACTIVE, BREAKING
-}
-
-// leaseHolders lists the holders of leases on backing inode k, as
-// /proc/locks tells them ("1: LEASE  BREAKING  READ 469 fe:00:9982265 0
-// EOF": the device as major:minor in hex, then the inode number).
-func leaseHolders(k key) []leaseHolder {
-	b, err := readProc("/proc/locks")
-	if err != nil {
-		return nil
-	}
-	file := fmt.Sprintf("%02x:%02x:%d", unix.Major(k.dev), unix.Minor(k.dev), k.ino)
-	var out []leaseHolder
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 6 || f[1] != "LEASE" || f[5] != file {
-			continue
-		}
-		pid, err := strconv.Atoi(f[4])
-		if err != nil {
-			continue
-		}
-		h := leaseHolder{Pid: pid, UID: -1, State: f[2]}
-		if c, err := readProc("/proc/" + f[4] + "/comm"); err == nil {
-			h.Comm = strings.TrimSpace(string(c))
-		}
-		if fi, err := os.Stat("/proc/" + f[4]); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				h.UID = int(st.Uid)
-			}
-		}
-		out = append(out, h)
-	}
-	return out
-}
-
 // leaseRefused logs a request for path refused (EAGAIN) because another
 // process kept its lease on backing inode k, with who holds it if
 // /proc/locks tells; at most a few lines per interval.
@@ -128,19 +85,5 @@ func (r *root) leaseRefused(ctx context.Context, what, path string, k key, err e
 	}
 	r.log.Warn(what+" refused: another process holds a lease on the backing file (EAGAIN)",
 		zap.String("path", logPath(path)), zap.Uint32("uid", callerUID(ctx)), zap.Uint32("tid", callerTid(ctx)),
-		zap.Any("lease_holders", leaseHolders(k)), zap.Int("not_logged_before", skipped))
-}
-
-// leaseBreakTime is the kernel's lease-break-time: after it, a lease
-// whose holder did not give it up is taken back.
-func leaseBreakTime() time.Duration {
-	b, err := readProc("/proc/sys/fs/lease-break-time")
-	if err != nil {
-		return 45 * time.Second
-	}
-	s, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || s < 0 {
-		return 45 * time.Second
-	}
-	return time.Duration(s) * time.Second
+		zap.Any("lease_holders", proc.LeaseHolders(k.dev, k.ino)), zap.Int("not_logged_before", skipped))
 }

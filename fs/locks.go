@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/scriptlock"
 )
@@ -321,7 +322,7 @@ func (h *handle) scriptLocksLive(lease int64) error {
 	if h.n.r.opts.ScriptLocks == nil || lease == 0 {
 		return nil // commit locks without a lease (not clustered): nothing to compare
 	}
-	for _, pid := range []uint32{h.tgid, tgidOf(h.closer)} {
+	for _, pid := range []uint32{h.tgid, proc.Tgid(h.closer)} {
 		if pid != 0 && h.n.r.book.lostBy(pid, lease) {
 			return fmt.Errorf("%w: process %d holds a script lock that ended with an earlier lease", lockmgr.ErrFenced, pid)
 		}

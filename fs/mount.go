@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/mountinfo"
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/scriptlock"
 )
@@ -263,14 +264,26 @@ func (r *root) serveTree(mountpoint, backing string, hidden bool) (*fuse.Server,
 
 // served finishes a mount whose root is in place.
 func (r *root) served(srv *fuse.Server) *fuse.Server {
-	closeOnExec()
+	// go-fuse opens /dev/fuse without O_CLOEXEC: a process the daemon
+	// starts (the kill-check self-test, or the program embedding fs)
+	// would otherwise hold the connection, keep the mount alive after
+	// the daemon dies, and could read and answer its requests.
+	proc.CloseOnExec("/dev/fuse")
 	r.writesUncache.Store(srv.KernelSettings().Minor >= 35)
 	r.noteMountID()
 	r.noteConnection()
 	return srv
 }
 
-// noteMountID finds the mount's ID for holdsOpen; without it a close
+// SafefsMount finds the safefs mount at mountpoint in
+// /proc/self/mountinfo: its mount ID and its source (BACKING).
+func SafefsMount(mountpoint string) (id int, source string, found bool) {
+	return mountinfo.Find(mountpoint, "fuse."+mountName)
+}
+
+func (r *root) mountID() int { return int(r.mntID.Load()) }
+
+// noteMountID finds the mount's ID for proc.HoldsOpen; without it a close
 // never counts as one of several descriptors the process holds.
 func (r *root) noteMountID() {
 	id, _, _ := SafefsMount(r.mountpoint)
@@ -279,24 +292,6 @@ func (r *root) noteMountID() {
 			zap.String("mountpoint", r.mountpoint))
 	}
 	r.mntID.Store(int64(id))
-}
-
-// closeOnExec marks the daemon's /dev/fuse descriptors close-on-exec.
-// go-fuse opens it without O_CLOEXEC: a process the daemon starts (the
-// kill-check self-test, or the program embedding fs) would otherwise
-// hold the connection, keep the mount alive after the daemon dies, and
-// could read and answer its requests.
-func closeOnExec() {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if l, lerr := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && lerr == nil && l == "/dev/fuse" {
-			unix.CloseOnExec(fd)
-		}
-	}
 }
 
 // mountName is the file system type's second part: fuse.safefs.

@@ -9,6 +9,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // openCurrent opens the current committed version of a regular file,
@@ -131,7 +133,7 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 func (n *Node) handleOn(ctx context.Context, base *os.File, ver uint64, flags uint32) *handle {
 	h := &handle{n: n, write: isWrite(flags), append: flags&syscall.O_APPEND != 0, first: base, base: base, baseVer: ver}
 	if c, ok := fuse.FromContext(ctx); ok {
-		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, tgidOf(c.Pid)
+		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, proc.Tgid(c.Pid)
 	}
 	return h
 }

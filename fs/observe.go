@@ -1,13 +1,12 @@
 package fs
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -186,29 +185,9 @@ func rejectReason(err error) string {
 	return ReasonOther
 }
 
-// cmdlineMax bounds what an event carries of a command line.
-const cmdlineMax = 4096
-
-// cmdlineOf returns a reader of pid's command line, arguments joined by
-// spaces; "" when it cannot be read.
+// cmdlineOf returns a reader of pid's command line (proc.Cmdline).
 func cmdlineOf(pid uint32) func() string {
-	return func() string {
-		if pid == 0 {
-			return ""
-		}
-		return bounded("", func() string {
-			if a := procArgs(pid); a != nil {
-				return strings.Join(a, " ")
-			}
-			// A dying process (a killed writer's close) has no
-			// memory left to read it from: its name, as ps.
-			comm, err := readProc(pidPath(pid, "comm"))
-			if err != nil {
-				return ""
-			}
-			return "[" + string(bytes.TrimSpace(comm)) + "]"
-		})
-	}
+	return func() string { return proc.Cmdline(pid) }
 }
 
 // Gauges are levels of a mount, read when asked (a scrape).

@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // Passthrough for writers (Options.PassthroughWrite, docs/design.md "Versions and
@@ -169,20 +171,24 @@ func (h *handle) ptLast(pid uint32) bool {
 		return false // a copy costs less than the look
 	}
 	ino := h.n.f.ino
-	if holdsOpen(tgid, ino, mnt) {
+	if proc.HoldsOpen(tgid, ino, mnt) {
 		return false
 	}
-	kids, all := descendants(tgid, maxDescendants)
+	kids, all := proc.Descendants(tgid, maxDescendants)
 	if !all {
 		return false
 	}
 	for _, k := range kids {
-		if holdsOpen(k, ino, mnt) {
+		if proc.HoldsOpen(k, ino, mnt) {
 			return false
 		}
 	}
 	return true
 }
+
+// maxDescendants bounds the processes ptLast looks at; beyond, a copy is
+// committed.
+const maxDescendants = 64
 
 // ptCopyMax: a staging file up to this size is committed as a copy
 // without a look at the processes (a look reads a /proc file per

@@ -10,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/rmw"
 )
@@ -160,7 +161,7 @@ func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 		if cls.Wrote() {
 			n.r.log.Warn("rmw: a request class judged read-only opened the file for writing: its requests take sessions again",
 				zap.String("path", logPath(cls.Pair.Path)), zap.String("program", cls.Pair.Cmd), zap.Uint32("uid", cls.Pair.UID),
-				zap.String("class", cls.Features), zap.Uint32("pid", tgidOf(tid)))
+				zap.String("class", cls.Features), zap.Uint32("pid", proc.Tgid(tid)))
 		}
 	case cls.ReadOnly():
 		n.r.count.rmwReadOnly.Add(1)
@@ -170,7 +171,7 @@ func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 	}
 	// The session is the calling thread's: FUSE requests carry it.
 	start := time.Now()
-	s, out, other := x.table(c.Uid).EnterUnless(ctx, n.f.ino, int32(tid), isFamily, n.r.opts.RMWWait, unneeded)
+	s, out, other := x.table(c.Uid).EnterUnless(ctx, n.f.ino, int32(tid), proc.IsFamily, n.r.opts.RMWWait, unneeded)
 	if out.Waited() {
 		n.r.count.rmwWaitNanos.Add(int64(time.Since(start)))
 	}
@@ -228,7 +229,7 @@ func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool, *rmw.Class) {
 	paths := n.names()
 	for _, p := range paths {
 		if x.globs.Match(p) {
-			return rmwTgid(tid), true, nil
+			return proc.TgidOrSelf(tid), true, nil
 		}
 	}
 	if !x.auto {
@@ -239,15 +240,15 @@ func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool, *rmw.Class) {
 			// A program that cannot be told takes a session: a
 			// session costs a reader time (its user's only), a
 			// missed one an increment.
-			pid := rmwTgid(tid)
-			pair := rmw.Pair{UID: uid, Path: p, Cmd: program(pid)}
+			pid := proc.TgidOrSelf(tid)
+			pair := rmw.Pair{UID: uid, Path: p, Cmd: proc.Program(pid)}
 			if pair.Cmd == "" {
 				return pid, true, nil
 			}
 			if !x.learned.Has(pair) {
 				return pid, false, nil
 			}
-			return pid, true, x.classes.Get(pair, requestFeatures(pid))
+			return pid, true, x.classes.Get(pair, proc.RequestFeatures(pid))
 		}
 	}
 	return 0, false, nil
@@ -292,10 +293,10 @@ func (r *root) rmwWarn(msg string, n *Node, tid uint32, other int32) {
 	if !ok {
 		return
 	}
-	pid, holder := tgidOf(tid), int32(tgidOf(uint32(other)))
+	pid, holder := proc.Tgid(tid), int32(proc.Tgid(uint32(other)))
 	r.log.Warn(msg, zap.String("path", logPath(n.path())),
-		zap.Uint32("pid", pid), zap.Uint32("tid", tid), zap.String("cmdline", cmdline(pid)),
-		zap.Int32("holder_pid", holder), zap.Int32("holder_tid", other), zap.String("holder_cmdline", cmdline(uint32(holder))),
+		zap.Uint32("pid", pid), zap.Uint32("tid", tid), zap.String("cmdline", proc.ShortCmdline(pid)),
+		zap.Int32("holder_pid", holder), zap.Int32("holder_tid", other), zap.String("holder_cmdline", proc.ShortCmdline(uint32(holder))),
 		zap.Int("not_logged_before", skipped))
 }
 
@@ -350,12 +351,12 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	if x.learned.Full(uid) || r.book.heldBy(pid) {
 		return
 	}
-	p := rmw.Pair{UID: uid, Path: n.path(), Cmd: program(pid)}
+	p := rmw.Pair{UID: uid, Path: n.path(), Cmd: proc.Program(pid)}
 	now := time.Now()
 	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
 		return
 	}
-	if held, known := holdsLock(pid); held {
+	if held, known := proc.HoldsLock(pid); held {
 		if known {
 			x.locking.add(p, now)
 		}
@@ -364,7 +365,7 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	if !x.learned.Add(p) {
 		return
 	}
-	if c := x.classes.Get(p, requestFeatures(pid)); c != nil {
+	if c := x.classes.Get(p, proc.RequestFeatures(pid)); c != nil {
 		c.Wrote() // the learning request's class writes
 	}
 	r.log.Info("rmw: learned a read-modify-write without a lock: its opens of this file take sessions",

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/rmw"
 )
 
@@ -65,7 +66,7 @@ func (w *exitWatch) watch(pid int32, s *rmw.Session) {
 	}
 	fd, err := unix.PidfdOpen(int(pid), unix.PIDFD_THREAD)
 	if err == unix.EINVAL {
-		if tgid := tgidOf(uint32(pid)); tgid != 0 {
+		if tgid := proc.Tgid(uint32(pid)); tgid != 0 {
 			fd, err = unix.PidfdOpen(int(tgid), 0)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -31,7 +32,7 @@ type root struct {
 	internalPath string
 	mountpoint   string // absolute
 	// mntID is the mount's ID, as /proc/<pid>/fdinfo shows it
-	// (holdsOpen); 0 until known.
+	// (proc.HoldsOpen); 0 until known.
 	mntID atomic.Int64
 	// conn is the FUSE connection (its device minor, fusectl's name);
 	// abandoned: it was ended under writers of another mount namespace
@@ -186,7 +187,7 @@ type targets struct{ rootfd int }
 // the kernel lets its holder keep it (lease-break-time), since a commit
 // cut off by a crash is to be settled (lease.go).
 func (t targets) OpenTarget(rel string) (*os.File, error) {
-	w := leaseWaiter{limit: leaseBreakTime() + time.Second}
+	w := leaseWaiter{limit: proc.LeaseBreakTime() + time.Second}
 	for {
 		f, err := t.openTarget(rel)
 		if !errors.Is(err, errLeased) || !w.again(context.Background()) {

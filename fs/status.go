@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -164,7 +165,7 @@ func (r *root) sessions(byIno map[uint64]*file, now time.Time) []SessionStatus {
 func sessionParty(id int32, uid uint32, since, now time.Time) Party {
 	tid := uint32(id)
 	p := Party{PID: tid, UID: uid, For: now.Sub(since).Seconds()}
-	if pid := tgidOf(tid); pid != 0 && pid != tid {
+	if pid := proc.Tgid(tid); pid != 0 && pid != tid {
 		p.PID, p.TID = pid, tid
 	}
 	p.Cmdline = cmdlineOf(p.PID)()

@@ -1,4 +1,4 @@
-package fs
+package proc
 
 import (
 	"fmt"
@@ -11,12 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tgidOf answers for a thread group leader without /proc and for any
+// Tgid answers for a thread group leader without /proc and for any
 // other thread through /proc: both must name the process.
 func TestTgidOfLeaderAndThread(t *testing.T) {
 	self := uint32(os.Getpid())
 	assert.True(t, isLeader(self))
-	assert.Equal(t, self, tgidOf(self))
+	assert.Equal(t, self, Tgid(self))
 	other, done := lockedThread()
 	defer close(done)
 	for other == self { // locked on the main thread: take another one
@@ -25,7 +25,7 @@ func TestTgidOfLeaderAndThread(t *testing.T) {
 		defer close(d)
 	}
 	assert.False(t, isLeader(other), "a thread that does not lead its group")
-	assert.Equal(t, self, tgidOf(other))
+	assert.Equal(t, self, Tgid(other))
 	tgid, ok := pidfdTgid(other)
 	if kernelAtLeast(t, 6, 13) {
 		assert.True(t, ok, "no pidfd answer (PIDFD_THREAD, PIDFD_GET_INFO)")
@@ -71,7 +71,7 @@ func TestHasFilesLiveThread(t *testing.T) {
 	defer close(done)
 	assert.True(t, hasFiles(uint32(os.Getpid())))
 	assert.True(t, hasFiles(other), "a thread's own /proc/<tid>/fd")
-	assert.False(t, killedBySignal(other))
+	assert.False(t, KilledBySignal(other))
 }
 
 // A remembered process is used only while the kernel says the thread is
@@ -89,8 +89,21 @@ func TestTgidOfRemembered(t *testing.T) {
 	assert.True(t, threadOf(self, other))
 	assert.False(t, threadOf(1, other), "not a thread of init")
 	threadGroups.put(other, 1)
-	assert.Equal(t, self, tgidOf(other), "a stale entry is not trusted")
+	assert.Equal(t, self, Tgid(other), "a stale entry is not trusted")
 	tgid, ok := threadGroups.get(other)
 	assert.True(t, ok)
 	assert.Equal(t, self, tgid, "the answer found is remembered")
+}
+
+// TgidOrSelf is Tgid, or the thread itself when nothing can be told.
+func TestTgidOrSelf(t *testing.T) {
+	self := uint32(os.Getpid())
+	other, done := lockedThread()
+	defer close(done)
+	assert.Equal(t, self, TgidOrSelf(self))
+	assert.Equal(t, self, TgidOrSelf(other))
+	const gone = 1 << 30 // above pid_max: no such thread
+	assert.Equal(t, uint32(gone), TgidOrSelf(gone))
+	assert.Zero(t, Tgid(gone))
+	assert.Zero(t, TgidOrSelf(0))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/safefs/safefs/internal/exitwatch"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/rmw"
@@ -37,7 +38,7 @@ type rmwState struct {
 	learned *rmw.Learned
 	classes *rmw.Classes // of the learned pairs' requests
 	reads   *rmw.Reads
-	exits   *exitWatch
+	exits   *exitwatch.Watch
 	saveMu  sync.Mutex
 	warnLog logLimit
 	locking lockingPairs
@@ -103,7 +104,7 @@ func (r *root) rmwStart() error {
 	if !o.RMWAuto && len(o.RMWGlobs) == 0 {
 		return nil
 	}
-	ex, err := newExitWatch()
+	ex, err := exitwatch.New()
 	if err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func (r *root) rmwStart() error {
 
 func (r *root) rmwStop() {
 	if r.rmw != nil {
-		r.rmw.exits.stop()
+		r.rmw.exits.Stop()
 	}
 }
 
@@ -187,7 +188,7 @@ func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 	}
 	n.r.rmwCount(n, out, tid, other)
 	if s != nil && (out == rmw.Took || out == rmw.Granted) {
-		x.exits.watch(s.Holder, s)
+		x.exits.Add(s.Holder, s)
 	}
 	return s
 }

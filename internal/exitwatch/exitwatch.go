@@ -1,4 +1,8 @@
-package fs
+// Package exitwatch ends read-modify-write sessions when their holder
+// threads exit (docs/sessions.md): a holder killed with SIGKILL
+// releases at once, and a reused thread id cannot keep a session. One
+// epoll of pidfds serves every session of a mount.
+package exitwatch
 
 import (
 	"slices"
@@ -7,13 +11,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/proc"
-	"github.com/safefs/safefs/rmw"
 )
 
-// exitWatch ends sessions when their holder threads exit, through one
+// Session is what a watch ends (an *rmw.Session).
+type Session interface {
+	End()        // ends the session (again: nothing)
+	Ended() bool // reports whether it has ended
+}
+
+// Watch ends sessions when their holder threads exit, through one
 // epoll of pidfds (a pidfd is readable once its thread, with
 // PIDFD_THREAD, or its process has exited; an id could be reused).
-type exitWatch struct {
+type Watch struct {
 	ep, wake int
 	mu       sync.Mutex
 	procs    map[int32]*watched
@@ -25,10 +34,11 @@ type exitWatch struct {
 type watched struct {
 	pid int32
 	fd  int
-	ss  []*rmw.Session
+	ss  []Session
 }
 
-func newExitWatch() (*exitWatch, error) {
+// New starts a watch; Stop ends it.
+func New() (*Watch, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -44,18 +54,18 @@ func newExitWatch() (*exitWatch, error) {
 		unix.Close(wake)
 		return nil, err
 	}
-	w := &exitWatch{ep: ep, wake: wake, procs: map[int32]*watched{}, byFd: map[int32]*watched{}, done: make(chan struct{})}
+	w := &Watch{ep: ep, wake: wake, procs: map[int32]*watched{}, byFd: map[int32]*watched{}, done: make(chan struct{})}
 	go w.loop()
 	return w, nil
 }
 
-// watch ends s when thread pid exits (before Linux 6.9, which has no
+// Add ends s when thread pid exits (before Linux 6.9, which has no
 // PIDFD_THREAD: when its process exits); at once if it is gone already.
-func (w *exitWatch) watch(pid int32, s *rmw.Session) {
+func (w *Watch) Add(pid int32, s Session) {
 	w.mu.Lock()
 	if p := w.procs[pid]; p != nil {
 		// A long-lived holder takes many sessions: forget ended ones.
-		p.ss = slices.DeleteFunc(p.ss, (*rmw.Session).Ended)
+		p.ss = slices.DeleteFunc(p.ss, Session.Ended)
 		p.ss = append(p.ss, s)
 		w.mu.Unlock()
 		return
@@ -82,12 +92,12 @@ func (w *exitWatch) watch(pid int32, s *rmw.Session) {
 		s.End() // gone already (ESRCH)
 		return
 	}
-	p := &watched{pid: pid, fd: fd, ss: []*rmw.Session{s}}
+	p := &watched{pid: pid, fd: fd, ss: []Session{s}}
 	w.procs[pid], w.byFd[int32(fd)] = p, p
 	w.mu.Unlock()
 }
 
-func (w *exitWatch) loop() {
+func (w *Watch) loop() {
 	defer close(w.done)
 	evs := make([]unix.EpollEvent, 32)
 	for {
@@ -107,7 +117,7 @@ func (w *exitWatch) loop() {
 	}
 }
 
-func (w *exitWatch) exited(fd int32) {
+func (w *Watch) exited(fd int32) {
 	w.mu.Lock()
 	p := w.byFd[fd]
 	if p != nil {
@@ -124,8 +134,8 @@ func (w *exitWatch) exited(fd int32) {
 	}
 }
 
-// stop ends the watch loop and closes every pidfd (at unmount).
-func (w *exitWatch) stop() {
+// Stop ends the watch loop and closes every pidfd (at unmount).
+func (w *Watch) Stop() {
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()

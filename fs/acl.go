@@ -6,6 +6,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // POSIX ACLs are enforced by the kernel (CAP_POSIX_ACL): it reads them
@@ -31,7 +33,7 @@ func createMode(dir int, mode uint32) uint32 {
 }
 
 func hasXattr(fd int, name string) bool {
-	sz, err := unix.Getxattr(procPath(fd), name, nil)
+	sz, err := unix.Getxattr(backing.ProcPath(fd), name, nil)
 	return err == nil && sz > 0
 }
 
@@ -110,7 +112,7 @@ func maskedAllows(rest []aclEntry, perm, want uint16) bool {
 // accessACL returns the access ACL of the file fd, nil if it has none.
 func accessACL(fd int) []aclEntry {
 	buf := make([]byte, 4096)
-	n, err := unix.Getxattr(procPath(fd), aclAccess, buf)
+	n, err := unix.Getxattr(backing.ProcPath(fd), aclAccess, buf)
 	if err != nil {
 		return nil
 	}

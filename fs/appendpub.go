@@ -8,6 +8,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // Long-lived appenders (docs/appenders.md). A FastCGI script or a daemon
@@ -180,7 +182,7 @@ func (h *handle) pendingSize() (int64, error) {
 	if h.stage == nil {
 		return int64(len(h.buf)), nil
 	}
-	st, err := fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.stage.Fd()))
 	return st.Size, err
 }
 
@@ -314,7 +316,7 @@ func (h *handle) putBack(t pendingTail) error {
 		if err := h.copyUp(true); err != nil {
 			return err
 		}
-		st, err := fstat(int(h.stage.Fd()))
+		st, err := backing.Fstat(int(h.stage.Fd()))
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // attrTTL is how long the kernel may keep a file's attributes while
@@ -64,7 +66,7 @@ func (h *handle) settle() {
 // (an append or an in-place commit wrote its inode). The caller holds
 // the file's commit lock.
 func (h *handle) baseIsCurrent() bool {
-	st, err := fstat(int(h.base.Fd()))
+	st, err := backing.Fstat(int(h.base.Fd()))
 	if err != nil {
 		return false
 	}
@@ -182,7 +184,7 @@ func (h *handle) noteSize() {
 		h.staged.Store(int64(len(h.buf)) + 1)
 	}
 	if h.stage != nil && !h.append {
-		if st, err := fstat(int(h.stage.Fd())); err == nil {
+		if st, err := backing.Fstat(int(h.stage.Fd())); err == nil {
 			h.staged.Store(st.Size + 1)
 		}
 	}

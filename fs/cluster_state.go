@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -52,7 +53,7 @@ func (r *root) joinCluster() (func(), error) {
 // nobody serves BACKING) writes the cluster's name and settles what any
 // daemon left behind; the others check the name.
 func (r *root) joinLock(name string) (*os.File, error) {
-	fd, err := openAt(int(r.internal.Fd()), "lock", unix.O_RDWR|unix.O_CREAT, 0o600)
+	fd, err := backing.OpenAt(int(r.internal.Fd()), "lock", unix.O_RDWR|unix.O_CREAT, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +88,7 @@ func (r *root) joinLock(name string) (*os.File, error) {
 }
 
 func (r *root) readClusterName() (string, error) {
-	b, err := os.ReadFile(procPath(int(r.internal.Fd())) + "/" + clusterName)
+	b, err := os.ReadFile(backing.ProcPath(int(r.internal.Fd())) + "/" + clusterName)
 	return strings.TrimSpace(string(b)), err
 }
 
@@ -97,14 +98,14 @@ func (r *root) readClusterName() (string, error) {
 func (r *root) firstOfCluster(name string) error {
 	dir := int(r.internal.Fd())
 	tmp := clusterName + ".new"
-	fd, err := openAt(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o600)
+	fd, err := backing.OpenAt(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	_, err = unix.Write(fd, []byte(name+"\n"))
 	unix.Close(fd)
 	if err == nil {
-		err = renameAt(dir, tmp, dir, clusterName, 0)
+		err = backing.RenameAt(dir, tmp, dir, clusterName, 0)
 	}
 	if err != nil {
 		return err
@@ -125,7 +126,7 @@ func (r *root) recoverNodes() (journal.Summary, error) {
 		return sum, err
 	}
 	defer unix.Close(nodes)
-	ents, err := os.ReadDir(procPath(nodes))
+	ents, err := os.ReadDir(backing.ProcPath(nodes))
 	if err != nil {
 		return sum, err
 	}
@@ -148,14 +149,14 @@ func (r *root) recoverNodes() (journal.Summary, error) {
 
 // hasNodes reports whether cluster daemons ever served BACKING.
 func (r *root) hasNodes() bool {
-	_, err := statAt(int(r.internal.Fd()), nodesDir)
+	_, err := backing.StatAt(int(r.internal.Fd()), nodesDir)
 	return err == nil
 }
 
 // enterNode makes .safefs/nodes/NODE the internal directory.
 func (r *root) enterNode() (func(), error) {
 	node := r.opts.Cluster.Node()
-	if checkName(node) != nil {
+	if backing.CheckName(node) != nil {
 		return nil, fmt.Errorf("bad node name %q", node)
 	}
 	nodes, err := openOwnDir(int(r.internal.Fd()), nodesDir, unix.O_PATH)

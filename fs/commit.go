@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
@@ -121,16 +122,17 @@ func (n *Node) locate(g grant) (v named, err error) {
 }
 
 // reopen opens the located version itself (not its name) for writing.
-// The file's lock is held: another process's lease on it is errLeased at
-// once, never waited for (lease.go). Tests that need a commit held under
-// its lock set SAFEFS_TEST_LEASE_WAIT: a lease they take is then waited
-// for that long (a goroutine sleeping, no thread blocked).
+// The file's lock is held: another process's lease on it is
+// backing.ErrLeased at once, never waited for (lease.go). Tests that need
+// a commit held under its lock set SAFEFS_TEST_LEASE_WAIT: a lease they
+// take is then waited for that long (a goroutine sleeping, no thread
+// blocked).
 func (v named) reopen(flags int) (*os.File, error) {
-	fd, err := reopenFd(v.fd, flags)
-	if errors.Is(err, errLeased) && v.in.r.testLeaseWait > 0 {
-		w := leaseWaiter{limit: v.in.r.testLeaseWait}
-		for errors.Is(err, errLeased) && w.again(context.Background()) {
-			fd, err = reopenFd(v.fd, flags)
+	fd, err := backing.ReopenFd(v.fd, flags)
+	if errors.Is(err, backing.ErrLeased) && v.in.r.testLeaseWait > 0 {
+		w := backing.LeaseWaiter{Limit: v.in.r.testLeaseWait}
+		for errors.Is(err, backing.ErrLeased) && w.Again(context.Background()) {
+			fd, err = backing.ReopenFd(v.fd, flags)
 		}
 	}
 	if err != nil {
@@ -213,7 +215,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 		return err
 	}
 	defer e.Abort()
-	st, err := fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.stage.Fd()))
 	if err != nil {
 		return err
 	}
@@ -240,7 +242,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 		return err
 	}
 	r.ids.alias(h.n.f, keyOf(&st))
-	if err := renameAt(r.stagingfd, h.stageNm, v.dir, v.nm, 0); err != nil {
+	if err := backing.RenameAt(r.stagingfd, h.stageNm, v.dir, v.nm, 0); err != nil {
 		r.ids.unalias(h.n.f, keyOf(&st))
 		return err
 	}
@@ -277,7 +279,7 @@ func (h *handle) commitInPlace(g grant, v named) error {
 		return err
 	}
 	defer target.Close()
-	st, err := fstat(int(target.Fd()))
+	st, err := backing.Fstat(int(target.Fd()))
 	if err != nil {
 		return err
 	}
@@ -473,7 +475,7 @@ func (h *handle) locateBase(g grant) (named, error) {
 	if h.base == nil || !h.write || h.private || h.n.r.clustered() {
 		return h.n.locate(g)
 	}
-	bs, err := fstat(int(h.base.Fd()))
+	bs, err := backing.Fstat(int(h.base.Fd()))
 	if err != nil || !h.n.r.ids.owns(h.n.f, keyOf(&bs)) {
 		return h.n.locate(g)
 	}
@@ -498,7 +500,7 @@ func (h *handle) appendTarget(v named) (target *os.File, st unix.Stat_t, onBase 
 		return h.base, v.st, true, nil // located through base (locateBase)
 	}
 	if h.base != nil && h.write && !h.private {
-		st, err = fstat(int(h.base.Fd()))
+		st, err = backing.Fstat(int(h.base.Fd()))
 		if err == nil && keyOf(&st) == keyOf(&v.st) {
 			return h.base, st, true, nil
 		}
@@ -507,7 +509,7 @@ func (h *handle) appendTarget(v named) (target *os.File, st unix.Stat_t, onBase 
 	if err != nil {
 		return nil, st, false, err
 	}
-	st, err = fstat(int(target.Fd()))
+	st, err = backing.Fstat(int(target.Fd()))
 	if err != nil {
 		target.Close()
 		return nil, st, false, err
@@ -523,7 +525,7 @@ func (h *handle) pendingAppend() (int64, uint32, error) {
 		n := int64(len(h.buf))
 		return n, journal.Checksum(h.buf), h.n.r.roomFor(h.uid, n)
 	}
-	ps, err := fstat(int(h.stage.Fd()))
+	ps, err := backing.Fstat(int(h.stage.Fd()))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
 )
 
@@ -184,7 +185,7 @@ func (h *handle) pread(dest []byte, off int64) (int, error) {
 	if !h.append {
 		return unix.Pread(int(h.stage.Fd()), dest, off)
 	}
-	st, err := fstat(int(h.base.Fd()))
+	st, err := backing.Fstat(int(h.base.Fd()))
 	if err != nil {
 		return 0, err
 	}
@@ -212,7 +213,7 @@ func (h *handle) copyUp(empty bool) error {
 		return err
 	}
 	if !empty {
-		bs, err := fstat(int(h.base.Fd()))
+		bs, err := backing.Fstat(int(h.base.Fd()))
 		if err != nil {
 			return err
 		}
@@ -246,7 +247,7 @@ func (h *handle) copyUp(empty bool) error {
 // roomForCopy checks there is room for the daemon to copy f's data for
 // this handle's user.
 func (h *handle) roomForCopy(f *os.File) error {
-	st, err := fstat(int(f.Fd()))
+	st, err := backing.Fstat(int(f.Fd()))
 	if err != nil {
 		return err
 	}
@@ -282,7 +283,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if h.append || h.atEnd {
 		// The kernel's offset comes from its cached size: appends go
 		// after this handle's own pending bytes, placed at commit.
-		st, err := fstat(int(h.stage.Fd()))
+		st, err := backing.Fstat(int(h.stage.Fd()))
 		if err != nil {
 			return 0, h.errno(err)
 		}
@@ -430,7 +431,7 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 		return unix.Stat_t{}, syscall.EBADF
 	}
 	if h.raw {
-		return fstat(int(h.base.Fd()))
+		return backing.Fstat(int(h.base.Fd()))
 	}
 	if err := h.refresh(); err != nil {
 		return unix.Stat_t{}, err
@@ -442,7 +443,7 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 		return unix.Stat_t{}, err
 	}
 	h.n.f.inPlace.RLock()
-	st, err := fstat(int(h.base.Fd()))
+	st, err := backing.Fstat(int(h.base.Fd()))
 	h.n.f.inPlace.RUnlock()
 	if err != nil || h.stage == nil {
 		if err == nil {
@@ -450,7 +451,7 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 		}
 		return st, err
 	}
-	ps, err := fstat(int(h.stage.Fd()))
+	ps, err := backing.Fstat(int(h.stage.Fd()))
 	if err != nil {
 		return st, err
 	}

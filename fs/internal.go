@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -80,22 +81,22 @@ func (r *root) openInternalIn(parent int, nm, path string) error {
 // a symlink, and checks that it is the daemon's own; group and other
 // read or search bits are taken away.
 func openOwnDir(dir int, nm string, flags int) (int, error) {
-	if err := mkdirAt(dir, nm, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := backing.MkdirAt(dir, nm, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 		return -1, err
 	}
-	fd, err := openAt(dir, nm, flags|unix.O_DIRECTORY, 0)
+	fd, err := backing.OpenAt(dir, nm, flags|unix.O_DIRECTORY, 0)
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 		return -1, untrusted{nm, "not a directory"}
 	}
 	if err != nil {
 		return -1, err
 	}
-	st, err := fstat(fd)
+	st, err := backing.Fstat(fd)
 	if err == nil {
 		err = own(nm, &st)
 	}
 	if err == nil && st.Mode&0o077 != 0 {
-		err = unix.Chmod(procPath(fd), 0o700)
+		err = unix.Chmod(backing.ProcPath(fd), 0o700)
 	}
 	if err != nil {
 		unix.Close(fd)
@@ -107,7 +108,7 @@ func openOwnDir(dir int, nm string, flags int) (int, error) {
 // checkOwnFile checks dir/nm, if it exists, like openOwnDir, and that
 // it is a regular file with one link.
 func checkOwnFile(dir int, nm string) error {
-	st, err := statAt(dir, nm)
+	st, err := backing.StatAt(dir, nm)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
@@ -135,7 +136,7 @@ func own(nm string, st *unix.Stat_t) error {
 // operator can look at it; safefs never reads it.
 func (r *root) quarantine(u untrusted) error {
 	aside := fmt.Sprintf("%s.untrusted-%s", InternalDir, time.Now().UTC().Format("20060102T150405.000000000Z"))
-	err := renameAt(r.rootfd, InternalDir, r.rootfd, aside, unix.RENAME_NOREPLACE)
+	err := backing.RenameAt(r.rootfd, InternalDir, r.rootfd, aside, unix.RENAME_NOREPLACE)
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("%s is not safefs's own (%v) and could not be moved aside: %w", InternalDir, u, err)
 	}

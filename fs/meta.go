@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // keptMode is the mode a commit gives the new version: the old mode,
@@ -36,7 +38,7 @@ func (h *handle) carryMeta(v named) error {
 	if err := unix.Fchmod(fd, mode); err != nil {
 		return err
 	}
-	return copyXattrs(procPath(v.fd), fd, h.uid == 0)
+	return copyXattrs(backing.ProcPath(v.fd), fd, h.uid == 0)
 }
 
 // copyXattrs copies every extended attribute of the file at path onto

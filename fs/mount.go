@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/mountinfo"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
@@ -151,7 +152,7 @@ func Mount(backing, mountpoint string, o Options) (*Server, error) {
 	return srv, nil
 }
 
-func (s *state) mount(backing, mountpoint string) (*Server, error) {
+func (s *state) mount(backingDir, mountpoint string) (*Server, error) {
 	r := s.r
 	sum, err := r.recover()
 	if err != nil {
@@ -168,7 +169,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.jr.Close()
 		return nil, err
 	}
-	st, err := fstat(r.rootfd)
+	st, err := backing.Fstat(r.rootfd)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +185,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.mountpoint = real
 	}
 	r.pool = newStagingPool(r.stagingfd, r.opts.StagingPool, r.log)
-	srv, err := r.serve(mountpoint, backing)
+	srv, err := r.serve(mountpoint, backingDir)
 	if err != nil {
 		r.pool.close()
 		r.jr.Close()

@@ -10,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -96,7 +97,7 @@ func (n *Node) stat() (unix.Stat_t, error) {
 	if n.isDir() {
 		var st unix.Stat_t
 		err := n.withDir(func(fd int) (err error) {
-			st, err = fstat(fd)
+			st, err = backing.Fstat(fd)
 			return err
 		})
 		return st, err
@@ -142,7 +143,7 @@ func (n *Node) statName(leads func(name, *unix.Stat_t) bool) (named, bool) {
 	for _, o := range n.f.nameList() {
 		var st unix.Stat_t
 		err := o.withDir(func(dir int) (err error) {
-			st, err = statAt(dir, o.name)
+			st, err = backing.StatAt(dir, o.name)
 			return err
 		})
 		if err == nil && leads(o, &st) {
@@ -207,12 +208,12 @@ func (n *Node) tryName(o name, chain []*Node) (named, bool, error) {
 	if err != nil {
 		return noName, false, err
 	}
-	fd, err := openAt(dir, o.name, unix.O_PATH, 0)
+	fd, err := backing.OpenAt(dir, o.name, unix.O_PATH, 0)
 	if err != nil {
 		o.dir.dropDir()
 		return noName, false, err
 	}
-	st, err := fstat(fd)
+	st, err := backing.Fstat(fd)
 	if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
 		return named{fd: fd, in: o.dir, dir: dir, nm: o.name, st: st}, true, nil
 	}
@@ -296,7 +297,7 @@ func (n *Node) unchanged(e changeEpoch) bool {
 
 // leadsTo reports whether dir/nm leads to f's version.
 func (n *Node) leadsTo(dir int, nm string, f *file) bool {
-	st, err := statAt(dir, nm)
+	st, err := backing.StatAt(dir, nm)
 	return err == nil && n.r.ids.owns(f, keyOf(&st))
 }
 
@@ -338,12 +339,12 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 // a new file. When no change of names began since e, it is.
 func (n *Node) statEntry(dir int, nm string, e changeEpoch) (st unix.Stat_t, err error) {
 	for range staleTries {
-		st, err = statAt(dir, nm)
+		st, err = backing.StatAt(dir, nm)
 		n.r.crash("lookup-stat") // a stop point for tests only
 		if err != nil || n.r.ids.known(keyOf(&st)) || n.unchanged(e) {
 			return st, err
 		}
-		again, err := statAt(dir, nm)
+		again, err := backing.StatAt(dir, nm)
 		if err != nil || keyOf(&again) == keyOf(&st) {
 			return st, err
 		}
@@ -409,7 +410,7 @@ func (n *Node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) sysc
 	if !n.isDir() {
 		return syscall.EBADF
 	}
-	return n.errno(n.withDir(fsyncDir))
+	return n.errno(n.withDir(backing.FsyncDir))
 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
@@ -427,7 +428,7 @@ func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	var s string
 	err := n.withSelf(func(fd int) (err error) {
-		s, err = readlinkFd(fd)
+		s, err = backing.ReadlinkFd(fd)
 		return err
 	})
 	if err != nil {

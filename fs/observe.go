@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
@@ -239,7 +240,7 @@ func (s *Server) Gauges() Gauges {
 func (h *handle) notePending() {
 	n := int64(len(h.buf))
 	if h.stage != nil {
-		if st, err := fstat(int(h.stage.Fd())); err == nil {
+		if st, err := backing.Fstat(int(h.stage.Fd())); err == nil {
 			n = st.Size
 		}
 	}

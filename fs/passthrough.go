@@ -11,6 +11,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // Passthrough (Options.Passthrough, issue 10): a read-only open may be
@@ -71,7 +73,7 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 	if !ok {
 		return fuse.FOPEN_DIRECT_IO
 	}
-	st, err := fstat(int(h.first.Fd()))
+	st, err := backing.Fstat(int(h.first.Fd()))
 	if err != nil {
 		return fuse.FOPEN_DIRECT_IO
 	}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
 )
 
@@ -80,7 +81,7 @@ func (n *Node) ptWriterMay(h *handle, flags uint32) bool {
 // unregistered, a copy at close, and the kernel's security.capability
 // check at each write) than the one WRITE request it saves.
 func (h *handle) ptBigBase() bool {
-	st, err := fstat(int(h.base.Fd()))
+	st, err := backing.Fstat(int(h.base.Fd()))
 	return err == nil && st.Size >= ptMinSize && st.Nlink == 1
 }
 
@@ -145,7 +146,7 @@ func (h *handle) ptWrote() {
 	if !h.ptWrite || h.stage == nil {
 		return
 	}
-	st, err := fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.stage.Fd()))
 	if err != nil || st.Size == 0 || markOf(&st) == h.ptSeen {
 		return
 	}
@@ -167,7 +168,7 @@ func (h *handle) ptLast(pid uint32) bool {
 	if tgid == 0 || mnt == 0 || h.stage == nil {
 		return false
 	}
-	if st, err := fstat(int(h.stage.Fd())); err != nil || st.Size <= ptCopyMax {
+	if st, err := backing.Fstat(int(h.stage.Fd())); err != nil || st.Size <= ptCopyMax {
 		return false // a copy costs less than the look
 	}
 	ino := h.n.f.ino

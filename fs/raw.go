@@ -12,6 +12,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // Raw files (docs/sqlite.md). Some files keep their own consistency: a
@@ -106,7 +108,7 @@ func (f *file) isRaw() bool { return f.raw.Load() }
 func rawName(dir int, nm string) bool {
 	for _, s := range rawSuffixes {
 		if base, ok := strings.CutSuffix(nm, s); ok && base != "" {
-			st, err := statAt(dir, base)
+			st, err := backing.StatAt(dir, base)
 			return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 		}
 	}
@@ -392,7 +394,7 @@ func (h *handle) rawSetID(f *os.File) error {
 	if !h.write || h.uid == 0 {
 		return nil
 	}
-	st, err := fstat(int(f.Fd()))
+	st, err := backing.Fstat(int(f.Fd()))
 	if err != nil {
 		return err
 	}
@@ -467,7 +469,7 @@ func (n *Node) rawBacking(ctx context.Context, h *handle) bool {
 	if f.rw.ptID == 0 {
 		// Writable whatever h's mode: every open of the inode shares
 		// it, and the kernel checks each file's own mode.
-		fd, err := unix.Open(procPath(int(h.base.Fd())), unix.O_RDWR|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(backing.ProcPath(int(h.base.Fd())), unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
 			r.log.Warn("raw: backing file not opened for passthrough: served through the page cache",
 				zap.String("path", logPath(n.path())), zap.Error(err))

@@ -13,8 +13,9 @@ import (
 
 // A reader node (roles.go) serves one version for its whole life, yet
 // each read-only open of it found that version again by name: an O_PATH
-// open, its fstat, a reopen through /proc and a close (openRegularStat),
-// about 15 µs here, for every page a web server serves. So a reader node
+// open, its fstat, a reopen through /proc and a close
+// (backing.OpenRegularStat), about 15 µs here, for every page a web
+// server serves. So a reader node
 // keeps a descriptor of its version from its first cached reader
 // (rl.fd), and the next reader of the same version reads through it once
 // a stat of the name shows the name still leads there (a file replaced

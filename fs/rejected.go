@@ -3,7 +3,6 @@ package fs
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -86,7 +86,7 @@ func (h *handle) keep() string {
 		h.discard()
 		return ""
 	}
-	st, err := fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.stage.Fd()))
 	if err != nil || !r.kept.take(h.uid, keptCost(&st)) {
 		r.count.dropped.Add(1)
 		h.discard()
@@ -115,7 +115,7 @@ func (h *handle) keep() string {
 func (h *handle) moveToRejected(nm string) error {
 	r := h.n.r
 	if h.stageNm != "" {
-		return renameAt(r.stagingfd, h.stageNm, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
+		return backing.RenameAt(r.stagingfd, h.stageNm, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
 	}
 	if unix.Linkat(int(h.stage.Fd()), "", r.rejectedfd, nm, unix.AT_EMPTY_PATH) == nil {
 		return nil
@@ -130,26 +130,20 @@ func (h *handle) moveToRejected(nm string) error {
 	}
 	h.stage.Close()
 	h.stage, h.stageNm = named, tmp
-	return renameAt(r.stagingfd, tmp, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
+	return backing.RenameAt(r.stagingfd, tmp, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
 }
 
 // loadKept counts what rejected/ holds at mount, and tells the operator:
 // safefs never deletes it, the operator decides what to do with it.
 func (r *root) loadKept() {
 	r.kept = newKeptBytes(r.opts)
-	fd, err := unix.Openat(r.rejectedfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	d := os.NewFile(uintptr(fd), journal.RejectedDir)
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	names, err := backing.ReadDirNames(r.rejectedfd)
 	if err != nil || len(names) == 0 {
 		return
 	}
 	var bytes int64
 	for _, nm := range names {
-		st, err := statAt(r.rejectedfd, nm)
+		st, err := backing.StatAt(r.rejectedfd, nm)
 		if err != nil {
 			continue
 		}

@@ -7,6 +7,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // Kernel inodes by role (Options.VersionCache, docs/design.md, "Versions and kernel
@@ -272,7 +274,7 @@ func (n *Node) openFlags(ctx context.Context, h *handle, st *unix.Stat_t) uint32
 	var err error
 	if st == nil {
 		var s unix.Stat_t
-		s, err = fstat(int(h.base.Fd()))
+		s, err = backing.Fstat(int(h.base.Fd()))
 		st = &s
 	}
 	f.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
@@ -132,7 +133,7 @@ func (r *root) dropTemp(dir int, f *os.File, nm string) {
 	if nm == "" {
 		return
 	}
-	if err := unlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := backing.UnlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		r.log.Warn("could not remove temp file", zap.String("name", nm), zap.Error(err))
 	}
 }
@@ -187,10 +188,10 @@ type targets struct{ rootfd int }
 // the kernel lets its holder keep it (lease-break-time), since a commit
 // cut off by a crash is to be settled (lease.go).
 func (t targets) OpenTarget(rel string) (*os.File, error) {
-	w := leaseWaiter{limit: proc.LeaseBreakTime() + time.Second}
+	w := backing.LeaseWaiter{Limit: proc.LeaseBreakTime() + time.Second}
 	for {
 		f, err := t.openTarget(rel)
-		if !errors.Is(err, errLeased) || !w.again(context.Background()) {
+		if !errors.Is(err, backing.ErrLeased) || !w.Again(context.Background()) {
 			return f, err
 		}
 	}
@@ -199,12 +200,12 @@ func (t targets) OpenTarget(rel string) (*os.File, error) {
 func (t targets) openTarget(rel string) (*os.File, error) {
 	dir, nm := path.Split(rel)
 	if dir == "" {
-		return openRegular(t.rootfd, nm, unix.O_RDWR)
+		return backing.OpenRegular(t.rootfd, nm, unix.O_RDWR)
 	}
-	dfd, err := openRel(t.rootfd, strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	dfd, err := backing.OpenRel(t.rootfd, strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(dfd)
-	return openRegular(dfd, nm, unix.O_RDWR)
+	return backing.OpenRegular(dfd, nm, unix.O_RDWR)
 }

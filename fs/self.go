@@ -6,6 +6,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // A request about an existing file must act on that file: the backing
@@ -73,7 +75,7 @@ func dupIfKey(fd int, k key) (int, bool) {
 	if fd < 0 {
 		return -1, false
 	}
-	if st, err := fstat(fd); err != nil || keyOf(&st) != k {
+	if st, err := backing.Fstat(fd); err != nil || keyOf(&st) != k {
 		return -1, false
 	}
 	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -115,8 +117,8 @@ func (n *Node) writeDir() (int, error) {
 // (inside) or the root of the file system tree (outside).
 func (r *root) inside(fd int) error {
 	cur := fd
-	defer func() { closeIf(cur, fd) }()
-	st, err := fstat(cur)
+	defer func() { backing.CloseIf(cur, fd) }()
+	st, err := backing.Fstat(cur)
 	if err != nil {
 		return err
 	}
@@ -128,9 +130,9 @@ func (r *root) inside(fd int) error {
 		if err != nil {
 			return err
 		}
-		closeIf(cur, fd)
+		backing.CloseIf(cur, fd)
 		cur = up
-		parent, err := fstat(up)
+		parent, err := backing.Fstat(up)
 		if err != nil {
 			return err
 		}

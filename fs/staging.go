@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // tempName is fixed-length and random, so it never collides and never
@@ -21,7 +23,7 @@ func tempName() string {
 // newTemp creates a private 0600 file in dir (staging or undo).
 func newTemp(dir int) (*os.File, string, error) {
 	nm := tempName()
-	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+	fd, err := backing.OpenAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return nil, "", err
 	}
@@ -35,7 +37,7 @@ func copyData(dst, src *os.File) error {
 	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
 		return nil
 	}
-	st, err := fstat(int(src.Fd()))
+	st, err := backing.Fstat(int(src.Fd()))
 	if err != nil {
 		return err
 	}
@@ -64,11 +66,11 @@ func copyData(dst, src *os.File) error {
 
 // appendTo copies all of src to the end of dst.
 func appendTo(dst, src *os.File) error {
-	ds, err := fstat(int(dst.Fd()))
+	ds, err := backing.Fstat(int(dst.Fd()))
 	if err != nil {
 		return err
 	}
-	ss, err := fstat(int(src.Fd()))
+	ss, err := backing.Fstat(int(src.Fd()))
 	if err != nil {
 		return err
 	}
@@ -101,15 +103,4 @@ func copyPlain(dst *os.File, doff int64, src *os.File, soff, n int64) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-// fsyncDir makes a rename or unlink in dir durable. dir is an O_PATH fd,
-// which fsync refuses, so it is reopened for reading.
-func fsyncDir(dir int) error {
-	fd, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return unix.Fsync(fd)
 }

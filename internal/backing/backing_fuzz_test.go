@@ -1,7 +1,7 @@
-package fs
+package backing
 
 // Fuzz targets for the only gate between a name and a backing system
-// call: checkName, openRel (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)
+// call: CheckName, OpenRel (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)
 // and openWalk (its fallback for kernels without openat2). Whatever the
 // input, an open either fails or yields a file whose dev/ino belongs to
 // the temp tree; never the outside sentinel, never through a symlink;
@@ -170,16 +170,16 @@ func fuzzSetup(f *testing.F) (*fuzzTree, map[string]bool, string) {
 	return ft, orig, outsideState(f, ft.outside)
 }
 
-// FuzzOpenRel: openRel and openWalk never open anything outside the tree.
+// FuzzOpenRel: OpenRel and openWalk never open anything outside the tree.
 func FuzzOpenRel(f *testing.F) {
 	fuzzSeeds(f)
 	ft, orig, outside := fuzzSetup(f)
 	f.Fuzz(func(t *testing.T, rel string, sel uint8) {
 		flags := fuzzFlags[int(sel)%len(fuzzFlags)] | unix.O_NONBLOCK
-		fd, err := openRel(ft.rootfd, rel, flags, 0o644)
-		checkOpened(t, ft, "openRel", rel, fd, err, orig, outside)
+		fd, err := OpenRel(ft.rootfd, rel, flags, 0o644)
+		checkOpened(t, ft, "OpenRel", rel, fd, err, orig, outside)
 		if err == nil && (rel == "" || strings.HasPrefix(rel, "/") || strings.Contains(rel, "\x00")) {
-			t.Errorf("openRel(%q) succeeded", rel)
+			t.Errorf("OpenRel(%q) succeeded", rel)
 		}
 		fd, err = openWalk(ft.rootfd, rel, flags|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
 		checkOpened(t, ft, "openWalk", rel, fd, err, orig, outside)
@@ -193,30 +193,30 @@ func FuzzOpenRel(f *testing.F) {
 	})
 }
 
-// FuzzCheckName: checkName accepts exactly one plain name component, and
-// what it accepts, openAt opens inside the directory (or fails).
+// FuzzCheckName: CheckName accepts exactly one plain name component, and
+// what it accepts, OpenAt opens inside the directory (or fails).
 func FuzzCheckName(f *testing.F) {
 	fuzzSeeds(f)
 	ft, orig, outside := fuzzSetup(f)
 	f.Fuzz(func(t *testing.T, name string, sel uint8) {
-		err := checkName(name)
+		err := CheckName(name)
 		plain := name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00") && len(name) <= 255
 		if (err == nil) != plain {
-			t.Fatalf("checkName(%q) = %v; plain component: %v", name, err, plain)
+			t.Fatalf("CheckName(%q) = %v; plain component: %v", name, err, plain)
 		}
 		if len(name) > 255 && name != "" && !strings.ContainsAny(name, "/\x00") && err != unix.ENAMETOOLONG {
-			t.Errorf("checkName(%d bytes) = %v, want ENAMETOOLONG", len(name), err)
+			t.Errorf("CheckName(%d bytes) = %v, want ENAMETOOLONG", len(name), err)
 		}
 		flags := fuzzFlags[int(sel)%len(fuzzFlags)] | unix.O_NONBLOCK
-		fd, oerr := openAt(ft.rootfd, name, flags, 0o644)
+		fd, oerr := OpenAt(ft.rootfd, name, flags, 0o644)
 		if err != nil && oerr == nil {
 			unix.Close(fd)
-			t.Fatalf("openAt(%q) succeeded where checkName refused: %v", name, err)
+			t.Fatalf("OpenAt(%q) succeeded where CheckName refused: %v", name, err)
 		}
-		checkOpened(t, ft, "openAt", name, fd, oerr, orig, outside)
-		_, serr := statAt(ft.rootfd, name)
+		checkOpened(t, ft, "OpenAt", name, fd, oerr, orig, outside)
+		_, serr := StatAt(ft.rootfd, name)
 		if err != nil && serr == nil {
-			t.Errorf("statAt(%q) succeeded where checkName refused", name)
+			t.Errorf("StatAt(%q) succeeded where CheckName refused", name)
 		}
 	})
 }

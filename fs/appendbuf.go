@@ -68,9 +68,9 @@ func (h *handle) spill() error {
 	if len(h.buf) == 0 && !h.newFile {
 		return nil
 	}
-	take := h.n.r.pool.takeNameless
+	take := h.n.r.pool.TakeNameless
 	if h.newFile {
-		take = h.n.r.pool.take
+		take = h.n.r.pool.Take
 	}
 	f, nm, err := take()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/staging"
 )
 
 // Long-lived appenders (docs/appenders.md). A FastCGI script or a daemon
@@ -273,15 +274,15 @@ func (h *handle) cutPending(n int64) (pendingTail, error) {
 			return pendingTail{}, err
 		}
 	} else {
-		take := r.pool.takeNameless
+		take := r.pool.TakeNameless
 		if r.clustered() {
-			take = r.pool.take // its recovery reads it by name
+			take = r.pool.Take // its recovery reads it by name
 		}
 		f, nm, err := take()
 		if err != nil {
 			return pendingTail{}, err
 		}
-		if err := copyRange(f, 0, h.stage, n, rest); err != nil {
+		if err := staging.CopyRange(f, 0, h.stage, n, rest); err != nil {
 			r.dropTemp(r.stagingfd, f, nm)
 			return pendingTail{}, err
 		}
@@ -306,7 +307,7 @@ func (h *handle) putBack(t pendingTail) error {
 	case t.f != nil:
 		err := h.copyUp(true) // spills the buffer, if any, first
 		if err == nil {
-			err = appendTo(h.stage, t.f)
+			err = staging.AppendTo(h.stage, t.f)
 		}
 		r.dropTemp(r.stagingfd, t.f, t.nm)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -286,7 +287,7 @@ func (h *handle) commitInPlace(g grant, v named) error {
 	if err := h.roomForCopy(target); err != nil {
 		return err
 	}
-	undo, undoNm, err := newTemp(r.undofd)
+	undo, undoNm, err := staging.NewTemp(r.undofd)
 	if err != nil {
 		return err
 	}
@@ -298,7 +299,7 @@ func (h *handle) commitInPlace(g grant, v named) error {
 			undo.Close()
 		}
 	}()
-	if err := copyData(undo, target); err != nil {
+	if err := staging.CopyData(undo, target); err != nil {
 		settled = true
 		return err
 	}
@@ -329,7 +330,7 @@ func (h *handle) commitInPlace(g grant, v named) error {
 		return err
 	}
 	if err := h.writeInPlace(target, &st); err != nil {
-		if rerr := copyData(target, undo); rerr != nil {
+		if rerr := staging.CopyData(target, undo); rerr != nil {
 			// Keep the record and the undo copy: the next recovery restores.
 			r.log.Error("in-place commit failed and could not be undone; recovery at next mount will",
 				zap.String("path", h.n.path()), zap.Error(rerr))
@@ -358,7 +359,7 @@ func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 		return err
 	}
 	r.crash("inplace-truncated")
-	if err := copyData(target, h.stage); err != nil {
+	if err := staging.CopyData(target, h.stage); err != nil {
 		return err
 	}
 	if r.opts.Durable {
@@ -586,7 +587,7 @@ func (h *handle) copyAppend(target *os.File, size, n int64, g grant) error {
 // from the buffer or the staging file.
 func (h *handle) copyAppendPart(target *os.File, dst, src, n int64) error {
 	if h.stage != nil {
-		return copyRange(target, dst, h.stage, src, n)
+		return staging.CopyRange(target, dst, h.stage, src, n)
 	}
 	_, err := target.WriteAt(h.buf[src:src+n], dst)
 	return err

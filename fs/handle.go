@@ -15,6 +15,7 @@ import (
 
 	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/staging"
 )
 
 // handle is one open file. A reader reads the version it opened. A
@@ -224,18 +225,18 @@ func (h *handle) copyUp(empty bool) error {
 			return err
 		}
 	}
-	take := h.n.r.pool.take
+	take := h.n.r.pool.Take
 	if empty && h.append && !h.n.r.clustered() {
 		// A cluster's recovery reads a cut-off append's staging file
 		// by its name (journal settleAppend).
-		take = h.n.r.pool.takeNameless
+		take = h.n.r.pool.TakeNameless
 	}
 	st, nm, err := take()
 	if err != nil {
 		return err
 	}
 	if !empty {
-		if err := copyData(st, h.base); err != nil {
+		if err := staging.CopyData(st, h.base); err != nil {
 			h.n.r.dropTemp(h.n.r.stagingfd, st, nm)
 			return err
 		}
@@ -359,7 +360,7 @@ func (h *handle) unappend(empty bool) error {
 	h.stage, h.stageNm, h.append = nil, "", false
 	err := h.copyUp(empty)
 	if err == nil && pending != nil && !empty {
-		err = appendTo(h.stage, pending)
+		err = staging.AppendTo(h.stage, pending)
 	}
 	if err != nil {
 		if h.stage != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/mountinfo"
 	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/scriptlock"
 )
@@ -184,10 +185,10 @@ func (s *state) mount(backingDir, mountpoint string) (*Server, error) {
 	if real, err := filepath.EvalSymlinks(r.mountpoint); err == nil {
 		r.mountpoint = real
 	}
-	r.pool = newStagingPool(r.stagingfd, r.opts.StagingPool, r.log)
+	r.pool = staging.NewPool(r.stagingfd, r.opts.StagingPool, r.log)
 	srv, err := r.serve(mountpoint, backingDir)
 	if err != nil {
-		r.pool.close()
+		r.pool.Close()
 		r.jr.Close()
 		return nil, err
 	}
@@ -196,7 +197,7 @@ func (s *state) mount(backingDir, mountpoint string) (*Server, error) {
 		// Serving would break a promise silently: the operator decides.
 		_ = srv.Unmount()
 		srv.Wait()
-		r.pool.close()
+		r.pool.Close()
 		r.jr.Close()
 		return nil, ErrKillCheck
 	}
@@ -376,7 +377,7 @@ func (s *Server) release() {
 			f.dropReaderFds()
 		}
 		r.dirs.closeAll()
-		r.pool.close()
+		r.pool.Close()
 		r.rmwStop()
 		r.logStats()
 		r.checkpoint() // so that the journal closes empty

@@ -12,6 +12,7 @@ import (
 
 	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/staging"
 )
 
 // Passthrough for writers (Options.PassthroughWrite, docs/design.md "Versions and
@@ -205,11 +206,11 @@ func (h *handle) ptCommit(last bool) error {
 	}
 	r := h.n.r
 	own, ownNm := h.stage, h.stageNm
-	cp, nm, err := r.pool.take()
+	cp, nm, err := r.pool.Take()
 	if err != nil {
 		return err
 	}
-	if err := copyData(cp, own); err != nil {
+	if err := staging.CopyData(cp, own); err != nil {
 		r.dropTemp(r.stagingfd, cp, nm)
 		return err
 	}

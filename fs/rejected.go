@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -92,7 +93,7 @@ func (h *handle) keep() string {
 		h.discard()
 		return ""
 	}
-	nm := keptName(h.uid, cmp.Or(h.stageNm, tempName()))
+	nm := keptName(h.uid, cmp.Or(h.stageNm, staging.TempName()))
 	if err := h.moveToRejected(nm); err != nil {
 		r.log.Error("could not keep rejected bytes", zap.String("path", logPath(h.n.path())), zap.Error(err))
 		r.kept.take(h.uid, -keptCost(&st))
@@ -120,11 +121,11 @@ func (h *handle) moveToRejected(nm string) error {
 	if unix.Linkat(int(h.stage.Fd()), "", r.rejectedfd, nm, unix.AT_EMPTY_PATH) == nil {
 		return nil
 	}
-	named, tmp, err := newTemp(r.stagingfd)
+	named, tmp, err := staging.NewTemp(r.stagingfd)
 	if err != nil {
 		return err
 	}
-	if err := copyData(named, h.stage); err != nil {
+	if err := staging.CopyData(named, h.stage); err != nil {
 		r.dropTemp(r.stagingfd, named, tmp)
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -71,7 +72,7 @@ type root struct {
 	rejectLog   logLimit
 	leaseLog    logLimit  // and those for requests another's lease refused (lease.go)
 	rmw         *rmwState // nil: read-modify-write sessions off
-	pool        *stagingPool
+	pool        *staging.Pool
 	appendBufs  appendBuffers // pending appends kept in memory (appendbuf.go)
 	redo        redoLog       // redo records awaiting their checkpoint (redo.go)
 	ckMu        sync.Mutex    // one checkpoint at a time

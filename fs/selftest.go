@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/staging"
 )
 
 // selfTestPrefix names the probe file of the kill-check self-test. It
@@ -29,7 +30,7 @@ const selfTestPrefix = ".safefs-selftest-"
 // else writes, and only for the daemon's own uid: others find no such
 // name, and cannot remove it.
 func (r *root) killCheckSelfTest(mountpoint string) bool {
-	nm := selfTestPrefix + tempName()
+	nm := selfTestPrefix + staging.TempName()
 	r.probe.Store(&nm)
 	defer r.probe.Store(nil)
 	probe := filepath.Join(mountpoint, nm)

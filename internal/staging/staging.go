@@ -1,4 +1,9 @@
-package fs
+// Package staging makes the private files a commit works on: a
+// writer's pending version (a staging file, named at random in the
+// staging directory, or made ahead by a Pool), an in-place commit's
+// undo copy, and the copies between them, which keep a sparse file
+// sparse.
+package staging
 
 import (
 	"crypto/rand"
@@ -12,17 +17,17 @@ import (
 	"github.com/safefs/safefs/internal/backing"
 )
 
-// tempName is fixed-length and random, so it never collides and never
+// TempName is fixed-length and random, so it never collides and never
 // depends on the (up to 255 byte) name of the file it stands for.
-func tempName() string {
+func TempName() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// newTemp creates a private 0600 file in dir (staging or undo).
-func newTemp(dir int) (*os.File, string, error) {
-	nm := tempName()
+// NewTemp creates a private 0600 file in dir (staging or undo).
+func NewTemp(dir int) (*os.File, string, error) {
+	nm := TempName()
 	fd, err := backing.OpenAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return nil, "", err
@@ -30,10 +35,10 @@ func newTemp(dir int) (*os.File, string, error) {
 	return os.NewFile(uintptr(fd), nm), nm, nil
 }
 
-// copyData makes dst a copy of src: a reflink where the file system has
+// CopyData makes dst a copy of src: a reflink where the file system has
 // them, else copy_file_range over src's data runs only, so a sparse file
 // stays sparse and a 1 TiB hole costs nothing.
-func copyData(dst, src *os.File) error {
+func CopyData(dst, src *os.File) error {
 	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
 		return nil
 	}
@@ -56,7 +61,7 @@ func copyData(dst, src *os.File) error {
 		if err != nil {
 			return err
 		}
-		if err := copyRange(dst, data, src, data, hole-data); err != nil {
+		if err := CopyRange(dst, data, src, data, hole-data); err != nil {
 			return err
 		}
 		off = hole
@@ -64,8 +69,8 @@ func copyData(dst, src *os.File) error {
 	return unix.Ftruncate(int(dst.Fd()), st.Size)
 }
 
-// appendTo copies all of src to the end of dst.
-func appendTo(dst, src *os.File) error {
+// AppendTo copies all of src to the end of dst.
+func AppendTo(dst, src *os.File) error {
 	ds, err := backing.Fstat(int(dst.Fd()))
 	if err != nil {
 		return err
@@ -74,11 +79,11 @@ func appendTo(dst, src *os.File) error {
 	if err != nil {
 		return err
 	}
-	return copyRange(dst, ds.Size, src, 0, ss.Size)
+	return CopyRange(dst, ds.Size, src, 0, ss.Size)
 }
 
-// copyRange copies n bytes of src at soff to dst at doff.
-func copyRange(dst *os.File, doff int64, src *os.File, soff, n int64) error {
+// CopyRange copies n bytes of src at soff to dst at doff.
+func CopyRange(dst *os.File, doff int64, src *os.File, soff, n int64) error {
 	for n > 0 {
 		c, err := unix.CopyFileRange(int(src.Fd()), &soff, int(dst.Fd()), &doff, int(min(n, 1<<30)), 0)
 		if err != nil {

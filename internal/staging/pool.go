@@ -1,4 +1,4 @@
-package fs
+package staging
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stagingPool keeps a few nameless staging files (O_TMPFILE) made ahead
+// Pool keeps a few nameless staging files (O_TMPFILE) made ahead
 // by a goroutine, so that a writer's open does not wait for the file
 // system to create one: that create was a third of the daemon's CPU time
 // in a loop of 4 KiB rewrites (docs/benchmarks.md). A file taken gets its
 // name with linkat; one never taken vanishes at close or at a crash,
 // leaving nothing to sweep.
-type stagingPool struct {
+type Pool struct {
 	dir  int // staging/, O_PATH
 	size int
 	log  *zap.Logger
@@ -29,9 +29,9 @@ type stagingPool struct {
 	done   chan struct{}
 }
 
-// newStagingPool starts the filler; size 0 is no pool.
-func newStagingPool(dir, size int, log *zap.Logger) *stagingPool {
-	p := &stagingPool{dir: dir, size: size, log: log, off: size <= 0,
+// NewPool starts the filler; size 0 is no pool.
+func NewPool(dir, size int, log *zap.Logger) *Pool {
+	p := &Pool{dir: dir, size: size, log: log, off: size <= 0,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if p.off {
 		close(p.done)
@@ -42,13 +42,13 @@ func newStagingPool(dir, size int, log *zap.Logger) *stagingPool {
 	return p
 }
 
-// take returns an empty private 0600 file in staging/ and its name.
-func (p *stagingPool) take() (*os.File, string, error) {
+// Take returns an empty private 0600 file in staging/ and its name.
+func (p *Pool) Take() (*os.File, string, error) {
 	fd, ok := p.pop()
 	if !ok {
-		return newTemp(p.dir)
+		return NewTemp(p.dir)
 	}
-	nm := tempName()
+	nm := TempName()
 	err := unix.Linkat(fd, "", p.dir, nm, unix.AT_EMPTY_PATH)
 	if err != nil {
 		unix.Close(fd)
@@ -56,27 +56,27 @@ func (p *stagingPool) take() (*os.File, string, error) {
 			return nil, "", err // EIO, ENOSPC...: as a create would fail
 		}
 		p.disable(err)
-		return newTemp(p.dir)
+		return NewTemp(p.dir)
 	}
 	return os.NewFile(uintptr(fd), nm), nm, nil
 }
 
-// takeNameless returns an empty private file in staging/ without a name
+// TakeNameless returns an empty private file in staging/ without a name
 // (nm ""), for a pending append: it is never renamed into place (its
 // bytes are copied to the end of the file) and recovery checks them in
 // the file itself, so its name would only cost a linkat and an unlink.
-// Without a pool it is named as take does.
-func (p *stagingPool) takeNameless() (*os.File, string, error) {
+// Without a pool it is named as Take does.
+func (p *Pool) TakeNameless() (*os.File, string, error) {
 	fd, ok := p.pop()
 	if !ok {
-		return newTemp(p.dir)
+		return NewTemp(p.dir)
 	}
 	return os.NewFile(uintptr(fd), "pending append"), "", nil
 }
 
 // pop takes a file made ahead, if the pool has one, and wakes the
 // filler to replace it.
-func (p *stagingPool) pop() (int, bool) {
+func (p *Pool) pop() (int, bool) {
 	defer p.poke()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -95,14 +95,14 @@ func refused(err error) bool {
 		errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL)
 }
 
-func (p *stagingPool) poke() {
+func (p *Pool) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (p *stagingPool) fill() {
+func (p *Pool) fill() {
 	defer close(p.done)
 	for {
 		select {
@@ -125,13 +125,13 @@ func (p *stagingPool) fill() {
 	}
 }
 
-func (p *stagingPool) short() bool {
+func (p *Pool) short() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return !p.off && !p.closed && len(p.fds) < p.size
 }
 
-func (p *stagingPool) put(fd int) bool {
+func (p *Pool) put(fd int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -142,7 +142,7 @@ func (p *stagingPool) put(fd int) bool {
 	return true
 }
 
-func (p *stagingPool) disable(err error) {
+func (p *Pool) disable(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.off {
@@ -151,8 +151,8 @@ func (p *stagingPool) disable(err error) {
 	}
 }
 
-// close stops the filler and drops the files not taken.
-func (p *stagingPool) close() {
+// Close stops the filler and drops the files not taken.
+func (p *Pool) Close() {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

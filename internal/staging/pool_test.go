@@ -1,4 +1,4 @@
-package fs
+package staging
 
 import (
 	"os"
@@ -22,10 +22,10 @@ func TestStagingPool(t *testing.T) {
 		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		require.NoError(t, err)
 		defer unix.Close(fd)
-		p := newStagingPool(fd, size, zaptest.NewLogger(t))
+		p := NewPool(fd, size, zaptest.NewLogger(t))
 		seen := map[string]bool{}
 		for i := range 10 {
-			f, nm, err := p.take()
+			f, nm, err := p.Take()
 			require.NoError(t, err)
 			assert.False(t, seen[nm], "name %s given twice", nm)
 			seen[nm] = true
@@ -40,7 +40,7 @@ func TestStagingPool(t *testing.T) {
 		ents, err := os.ReadDir(dir)
 		require.NoError(t, err)
 		assert.Len(t, ents, 10, "pool %d: only taken files have names", size)
-		p.close()
+		p.Close()
 		ents, err = os.ReadDir(dir)
 		require.NoError(t, err)
 		assert.Len(t, ents, 10, "pool %d: close left names", size)

@@ -9,7 +9,9 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/acl"
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/xattr"
 )
 
 func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -163,7 +165,7 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	var names []string
 	err := n.withSelf(func(fd int) (err error) {
-		names, err = listXattr(backing.ProcPath(fd))
+		names, err = xattr.List(backing.ProcPath(fd))
 		return err
 	})
 	if err != nil {
@@ -212,7 +214,7 @@ func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // result): an access ACL, which may also have changed the mode, is a
 // change of permissions.
 func (n *Node) xattrChanged(attr string, err error) {
-	if err == nil && attr == aclAccess {
+	if err == nil && attr == acl.AccessXattr {
 		n.permChanged()
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/fuseprocs"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/scriptlock"
@@ -368,7 +369,7 @@ func (w rawFS) unlockOwner(cancel <-chan struct{}, h *fuse.InHeader, fh, owner u
 }
 
 func (w rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	st := w.RawFileSystem.Flush(cancel, in) // the commit, under the script's lock
 	if w.locks {
 		w.unlockOwner(cancel, &in.InHeader, in.Fh, in.LockOwner, 0)
@@ -377,7 +378,7 @@ func (w rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (w rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	if w.locks {
 		w.unlockOwner(cancel, &in.InHeader, in.Fh, 0, releasing) // OFD locks (locks_ofd.go)
 	}

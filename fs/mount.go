@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/fuseprocs"
 	"github.com/safefs/safefs/internal/mountinfo"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/internal/staging"
@@ -255,7 +256,7 @@ func (r *root) serveTree(mountpoint, backing string, hidden bool) (*fuse.Server,
 		return nil, err
 	}
 	r.pt.srv.Store(srv)
-	spareProcs()
+	fuseprocs.Spare()
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()

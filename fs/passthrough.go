@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/fuseprocs"
 )
 
 // Passthrough (Options.Passthrough, issue 10): a read-only open may be
@@ -201,7 +202,7 @@ func (p *ptRoot) ptReply(cancel <-chan struct{}, out *fuse.OpenOut) {
 }
 
 func (w rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	st := w.RawFileSystem.Open(cancel, in, out)
 	w.pt.ptReply(cancel, out)
 	return st

@@ -1,13 +1,5 @@
-package fs
-
-import (
-	"os"
-	"runtime"
-	"sync"
-	"sync/atomic"
-	"time"
-)
-
+// Package fuseprocs gives go-fuse's readers processors of their own.
+//
 // go-fuse's readers wait for requests in read(2) on /dev/fuse, each
 // holding one of the runtime's processors (Ps) while it waits: go-fuse
 // (v2.12, fuse/server.go) starts up to GOMAXPROCS of them, at least 2
@@ -19,15 +11,24 @@ import (
 // fifth of the daemon's CPU time (docs/design.md). So once the
 // server exists, and its reader count is fixed, the runtime gets a P for
 // each reader on top of the CPUs. Not when the operator set GOMAXPROCS.
+package fuseprocs
+
+import (
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 var (
 	procsOnce sync.Once
 	baseProcs int
 )
 
-// spareProcs raises GOMAXPROCS by go-fuse's reader count (call it after
+// Spare raises GOMAXPROCS by go-fuse's reader count (call it after
 // fuse.NewServer). A process that mounts again keeps the first raise.
-func spareProcs() {
+func Spare() {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
@@ -52,9 +53,9 @@ const yieldEvery = 500 * time.Microsecond
 
 var lastYield atomic.Int64
 
-// yieldNowAndThen yields the processor if no request has for
-// yieldEvery; rawFS calls it as it takes a request.
-func yieldNowAndThen() {
+// YieldNowAndThen yields the processor if no request has for
+// yieldEvery; fs calls it as it takes a request.
+func YieldNowAndThen() {
 	now := time.Now().UnixNano()
 	if l := lastYield.Load(); now-l >= int64(yieldEvery) && lastYield.CompareAndSwap(l, now) {
 		runtime.Gosched()

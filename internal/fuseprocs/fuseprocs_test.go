@@ -1,4 +1,4 @@
-package fs
+package fuseprocs
 
 import (
 	"os"
@@ -9,21 +9,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Once a mount's server exists, the runtime has a processor for each of
-// go-fuse's readers on top of those it had; an operator's GOMAXPROCS is
-// left as it is.
+// Once a mount's server exists (Spare), the runtime has a processor for
+// each of go-fuse's readers on top of those it had; an operator's
+// GOMAXPROCS is left as it is.
 func TestSpareProcs(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("GOMAXPROCS is set: the daemon leaves it as it is")
 	}
-	mountForTest(t)
+	Spare()
 	require.NotZero(t, baseProcs)
 	require.GreaterOrEqual(t, runtime.GOMAXPROCS(0), baseProcs+fuseReaders(baseProcs)+1)
 
 	t.Setenv("GOMAXPROCS", "1")
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
-	spareProcs()
+	Spare()
 	require.Equal(t, 1, runtime.GOMAXPROCS(0), "raised although GOMAXPROCS is set")
 }
 
@@ -38,12 +38,12 @@ func TestFuseReaders(t *testing.T) {
 // Requests yield at most once per yieldEvery, whichever reader serves them.
 func TestYieldNowAndThen(t *testing.T) {
 	lastYield.Store(0)
-	yieldNowAndThen()
+	YieldNowAndThen()
 	first := lastYield.Load()
 	require.NotZero(t, first, "no yield after a long time without one")
-	yieldNowAndThen()
+	YieldNowAndThen()
 	require.Equal(t, first, lastYield.Load(), "yielded again within yieldEvery")
 	time.Sleep(yieldEvery)
-	yieldNowAndThen()
+	YieldNowAndThen()
 	require.Greater(t, lastYield.Load(), first, "no yield after yieldEvery")
 }

@@ -49,7 +49,7 @@ my $line = <STDIN>;
 
 // dfdNofile is the descriptor limit of the daemon (this process) for the
 // test: the daemon keeps 1024 of it for root's callers, directories and
-// the journal (fs/limits.go, fdReserve), so a user holding dfdDirs
+// the journal (internal/limits, fdReserve), so a user holding dfdDirs
 // directories open exhausts it if each held a descriptor in the daemon.
 const (
 	dfdNofile = 1536

@@ -344,7 +344,7 @@ func (h *handle) appendAgain() {
 // a busy lock.
 func (h *handle) publishLater(why error) error {
 	r := h.n.r
-	if ok, skipped := r.rejectLog.allow(); ok {
+	if ok, skipped := r.rejectLog.Allow(); ok {
 		r.log.Warn("appended lines not published yet: the file's lock was not taken; tried again",
 			zap.String("path", logPath(h.n.path())), zap.Error(lockErrno(why)), zap.Uint32("uid", h.uid),
 			zap.Int("not_logged_before", skipped))

@@ -157,7 +157,7 @@ func (h *handle) reject(why error) error {
 	r.count.rejected.Add(1)
 	kept := h.keep()
 	h.obsRejected(why, kept)
-	if ok, skipped := r.rejectLog.allow(); ok {
+	if ok, skipped := r.rejectLog.Allow(); ok {
 		r.log.Warn("commit rejected, previous version kept", zap.String("path", logPath(h.n.path())), zap.Error(why),
 			zap.String("kept_in", keptWhere(kept)), zap.Uint32("uid", h.uid), zap.Int("not_logged_before", skipped))
 	}

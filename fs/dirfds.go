@@ -22,7 +22,7 @@ import (
 
 // dirFdsKept bounds the idle directory fds: they come out of the
 // descriptors kept for root's callers, directories and the journal
-// (fdReserve, limits.go). Those in use by requests come on top.
+// (internal/limits). Those in use by requests come on top.
 const dirFdsKept = 256
 
 // openDirs are the directory nodes holding an fd; mu guards every node's

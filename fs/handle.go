@@ -592,7 +592,7 @@ func (h *handle) close() {
 		h.first.Close()
 	}
 	h.closed = true
-	h.n.r.files.give(h.uid)
+	h.n.r.files.Give(h.uid)
 }
 
 // deferTrunc reports whether a close whose only pending change is the

@@ -26,7 +26,7 @@ func (r *root) leaseRefused(ctx context.Context, what, path string, k key, err e
 	if !errors.Is(err, backing.ErrLeased) {
 		return
 	}
-	ok, skipped := r.leaseLog.allow()
+	ok, skipped := r.leaseLog.Allow()
 	if !ok {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/fuseprocs"
+	"github.com/safefs/safefs/internal/limits"
 	"github.com/safefs/safefs/internal/mountinfo"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/internal/staging"
@@ -162,7 +163,7 @@ func (s *state) mount(backingDir, mountpoint string) (*Server, error) {
 	}
 	r.obsRecovered(sum)
 	r.loadKept()
-	r.files = newFileSlots(r.opts.MaxFilesPerUser)
+	r.files = limits.NewFiles(r.opts.MaxFilesPerUser)
 	if r.jr, err = journal.Open(r.internal, r.opts.Durable, r.log); err != nil {
 		return nil, err
 	}

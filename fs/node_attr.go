@@ -136,7 +136,7 @@ func (n *Node) truncate(ctx context.Context, h *handle, size uint64) error {
 			return t.truncateCommit(size)
 		}
 	}
-	n.r.files.give(callerUID(ctx))
+	n.r.files.Give(callerUID(ctx))
 	return err
 }
 

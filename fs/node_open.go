@@ -158,7 +158,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	}
 	n.rmwOpened(h, sess, flags)
 	if err != nil {
-		n.r.files.give(callerUID(ctx))
+		n.r.files.Give(callerUID(ctx))
 		if errors.Is(err, syscall.ESTALE) {
 			n.r.refused.note(tid)
 		}
@@ -235,7 +235,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	}
 	in, h, err := n.create(ctx, dir, nm, flags, mode, out)
 	if err != nil {
-		n.r.files.give(callerUID(ctx))
+		n.r.files.Give(callerUID(ctx))
 		if errors.Is(err, backing.ErrLeased) && !retry {
 			// An existing file another process holds a lease on. The
 			// kernel holds the directory's lock around CREATE: ESTALE

@@ -344,7 +344,7 @@ func (n *Node) openRaw(ctx context.Context, flags uint32, tid uint32, retry bool
 		h, err = n.rawHandle(ctx, base, flags, false)
 	}
 	if err != nil {
-		n.r.files.give(callerUID(ctx))
+		n.r.files.Give(callerUID(ctx))
 		if errors.Is(err, syscall.ESTALE) {
 			n.r.refused.note(tid)
 		}

@@ -146,7 +146,7 @@ func releaseAll(fds []*sharedFile) {
 // keptFds are the nodes holding a version descriptor, swept each
 // keptIdle by a goroutine that runs while there are any. At most
 // maxKeptFds: the descriptors are the daemon's, and the per-user file
-// slots (limits.go) do not count them, so a script reading many files
+// slots (internal/limits) do not count them, so a script reading many files
 // in turn must not spend the daemon's reserve.
 type keptFds struct {
 	mu       sync.Mutex

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -161,36 +160,4 @@ func (r *root) loadKept() {
 	}
 	r.log.Warn("rejected commits are kept for the operator; remove them when dealt with",
 		zap.String("dir", r.internalPath+"/"+journal.RejectedDir), zap.Int("files", len(names)), zap.Int64("bytes", bytes))
-}
-
-// logLimit lets through the first few lines of a kind per interval, so
-// that a flood of failures cannot flood the log; the next line let
-// through says how many were left out.
-type logLimit struct {
-	mu         sync.Mutex
-	start      time.Time
-	n, skipped int
-}
-
-const (
-	logInterval = 10 * time.Second
-	logBurst    = 10
-)
-
-// allow reports whether to log now, and how many lines were left out
-// since the last one logged.
-func (l *logLimit) allow() (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); now.Sub(l.start) > logInterval {
-		l.start, l.n = now, 0
-	}
-	if l.n >= logBurst {
-		l.skipped++
-		return false, 0
-	}
-	l.n++
-	skipped := l.skipped
-	l.skipped = 0
-	return true, skipped
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/safefs/safefs/internal/exitwatch"
+	"github.com/safefs/safefs/internal/loglimit"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/rmw"
@@ -40,7 +41,7 @@ type rmwState struct {
 	reads   *rmw.Reads
 	exits   *exitwatch.Watch
 	saveMu  sync.Mutex
-	warnLog logLimit
+	warnLog loglimit.Limit
 	locking lockingPairs
 }
 
@@ -290,7 +291,7 @@ func (r *root) rmwCount(n *Node, out rmw.Outcome, tid uint32, other int32) {
 // rmwWarn logs one line naming the path and both threads with their
 // processes.
 func (r *root) rmwWarn(msg string, n *Node, tid uint32, other int32) {
-	ok, skipped := r.rmw.warnLog.allow()
+	ok, skipped := r.rmw.warnLog.Allow()
 	if !ok {
 		return
 	}

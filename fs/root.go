@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/limits"
+	"github.com/safefs/safefs/internal/loglimit"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
@@ -64,14 +66,14 @@ type root struct {
 	probe atomic.Pointer[string]
 	// changes of names begun and ended, for lookups (changeEpoch)
 	changesBegun, changesEnded atomic.Uint64
-	files                      *fileSlots
-	space                      spaceCache // roomFor's last statfs
+	files                      *limits.Files
+	space                      limits.Space // roomFor's last statfs
 	dirs                       openDirs
 	kept                       *keptBytes // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
-	rejectLog   logLimit
-	leaseLog    logLimit  // and those for requests another's lease refused (lease.go)
-	rmw         *rmwState // nil: read-modify-write sessions off
+	rejectLog   loglimit.Limit
+	leaseLog    loglimit.Limit // and those for requests another's lease refused (lease.go)
+	rmw         *rmwState      // nil: read-modify-write sessions off
 	pool        *staging.Pool
 	appendBufs  appendBuffers // pending appends kept in memory (appendbuf.go)
 	redo        redoLog       // redo records awaiting their checkpoint (redo.go)

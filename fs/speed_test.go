@@ -26,18 +26,6 @@ func TestTgidOfFromHandle(t *testing.T) {
 	assert.Equal(t, self, f.tgidOf(self))
 }
 
-func TestSpaceCache(t *testing.T) {
-	var c spaceCache
-	assert.False(t, c.take(1), "nothing sampled yet")
-	c.set(5*4096, 4096)
-	assert.True(t, c.take(100))                 // costs 2 blocks
-	assert.True(t, c.take(4096))                // 3 blocks
-	assert.False(t, c.take(1), "left: 0 bytes") // a fresh statfs decides
-	c.set(1<<30, 4096)
-	c.at = time.Now().Add(-spaceTTL)
-	assert.False(t, c.take(1), "a stale sample grants nothing")
-}
-
 // A pair seen holding a lock is not read in /proc again for a while.
 func TestLockingPairs(t *testing.T) {
 	var l lockingPairs

@@ -29,7 +29,7 @@ func (n *Node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	}
 	in, h, err := n.tmpfile(ctx, dir, flags, mode, out)
 	if err != nil {
-		n.r.files.give(callerUID(ctx))
+		n.r.files.Give(callerUID(ctx))
 		return nil, nil, 0, n.errno(err)
 	}
 	return in, h, fuse.FOPEN_DIRECT_IO, 0

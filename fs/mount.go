@@ -17,6 +17,8 @@ import (
 	"github.com/safefs/safefs/internal/fuseprocs"
 	"github.com/safefs/safefs/internal/limits"
 	"github.com/safefs/safefs/internal/mountinfo"
+	"github.com/safefs/safefs/internal/mountroot"
+	"github.com/safefs/safefs/internal/mountwatch"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
@@ -39,7 +41,7 @@ type Server struct {
 	r      *root
 	unlock func()
 	once   sync.Once
-	watch  *mountWatch // an unmount from outside (mountwatch.go)
+	watch  *mountwatch.Watch // an unmount from outside (mountwatch.go)
 }
 
 // state is what Mount and Recover open in BACKING before anything else.
@@ -221,7 +223,7 @@ func (r *root) serve(mountpoint, backing string) (*fuse.Server, error) {
 			r.log.Warn("the mount's root is the kernel's: its ACL is asked for at each path walk", zap.Error(err))
 			endServe(srv, err)
 		}
-		if !errors.Is(err, errSwap) {
+		if !errors.Is(err, mountroot.ErrSwap) {
 			return nil, err
 		}
 	}
@@ -235,7 +237,7 @@ func (r *root) serve(mountpoint, backing string) (*fuse.Server, error) {
 // endServe ends a mount whose root could not be swapped: still mounted
 // unless the swap got as far as detaching it.
 func endServe(srv *fuse.Server, err error) {
-	if !errors.Is(err, errSwapDetached) {
+	if !errors.Is(err, mountroot.ErrSwapDetached) {
 		_ = srv.Unmount()
 	}
 	srv.Wait()

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/mountinfo"
+	"github.com/safefs/safefs/internal/mountroot"
 )
 
 // aclProbe mounts with the FUSE request trace in an observed log, and
@@ -141,11 +142,11 @@ func TestMountRootKept(t *testing.T) {
 				if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
 					return err
 				}
-				return errSwapDetached
+				return mountroot.ErrSwapDetached
 			}
 		}},
 		{"swap_fails", func() {
-			swapRoot = func(string) error { return errSwap }
+			swapRoot = func(string) error { return mountroot.ErrSwap }
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/owndir"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -121,7 +122,7 @@ func (r *root) firstOfCluster(name string) error {
 // first daemon of a cluster, a plain daemon, `safefs recover`).
 func (r *root) recoverNodes() (journal.Summary, error) {
 	var sum journal.Summary
-	nodes, err := openOwnDir(int(r.internal.Fd()), nodesDir, unix.O_RDONLY)
+	nodes, err := owndir.Open(int(r.internal.Fd()), nodesDir, unix.O_RDONLY)
 	if err != nil {
 		return sum, err
 	}
@@ -131,7 +132,7 @@ func (r *root) recoverNodes() (journal.Summary, error) {
 		return sum, err
 	}
 	for _, e := range ents {
-		d, err := openOwnDir(nodes, e.Name(), unix.O_RDONLY)
+		d, err := owndir.Open(nodes, e.Name(), unix.O_RDONLY)
 		if err != nil {
 			r.log.Error("cluster: node directory not recovered", zap.String("node", e.Name()), zap.Error(err))
 			continue
@@ -159,7 +160,7 @@ func (r *root) enterNode() (func(), error) {
 	if backing.CheckName(node) != nil {
 		return nil, fmt.Errorf("bad node name %q", node)
 	}
-	nodes, err := openOwnDir(int(r.internal.Fd()), nodesDir, unix.O_PATH)
+	nodes, err := owndir.Open(int(r.internal.Fd()), nodesDir, unix.O_PATH)
 	if err != nil {
 		return nil, err
 	}

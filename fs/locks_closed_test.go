@@ -123,3 +123,15 @@ func (unreachable) Get(context.Context, scriptlock.Request) (scriptlock.Held, bo
 func (unreachable) Set(context.Context, scriptlock.Request, bool) (bool, error) {
 	return false, scriptlock.ErrUnavailable
 }
+
+// A handle is closed since its use once flushed, or if its closes are
+// never sent (noFlush); a use (a read, a write) opens it again.
+func TestHandleClosedSinceUse(t *testing.T) {
+	h := &handle{}
+	require.False(t, h.ClosedSinceUse())
+	h.flushed.Store(true)
+	require.True(t, h.ClosedSinceUse())
+	h.flushed.Store(false)
+	h.noFlush.Store(true)
+	require.True(t, h.ClosedSinceUse())
+}

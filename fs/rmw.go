@@ -350,7 +350,7 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	// A lock held through this daemon is known without /proc: a flock
 	// counter's writes (the lock holder's, on its critical path) read
 	// no command line.
-	if x.learned.Full(uid) || r.book.heldBy(pid) {
+	if x.learned.Full(uid) || r.book.HeldBy(pid) {
 		return
 	}
 	p := rmw.Pair{UID: uid, Path: n.path(), Cmd: proc.Program(pid)}

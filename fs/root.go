@@ -18,6 +18,7 @@ import (
 
 	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/limits"
+	"github.com/safefs/safefs/internal/lockbook"
 	"github.com/safefs/safefs/internal/loglimit"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/internal/staging"
@@ -75,14 +76,14 @@ type root struct {
 	leaseLog    loglimit.Limit // and those for requests another's lease refused (lease.go)
 	rmw         *rmwState      // nil: read-modify-write sessions off
 	pool        *staging.Pool
-	appendBufs  appendBuffers // pending appends kept in memory (appendbuf.go)
-	redo        redoLog       // redo records awaiting their checkpoint (redo.go)
-	ckMu        sync.Mutex    // one checkpoint at a time
-	book        lockBook      // script locks held through this daemon (locks.go)
-	openWriters writerSet     // open writers by process, for unlocks (unlock.go)
-	pt          ptRoot        // passthrough (passthrough.go)
-	cands       candidates    // nodes made by requests in progress (candidates.go)
-	refused     refusals      // opens answered ESTALE, whose retry passes (refused.go)
+	appendBufs  appendBuffers                 // pending appends kept in memory (appendbuf.go)
+	redo        redoLog                       // redo records awaiting their checkpoint (redo.go)
+	ckMu        sync.Mutex                    // one checkpoint at a time
+	book        lockbook.Book[*file, *handle] // script locks held through this daemon (locks.go)
+	openWriters writerSet                     // open writers by process, for unlocks (unlock.go)
+	pt          ptRoot                        // passthrough (passthrough.go)
+	cands       candidates                    // nodes made by requests in progress (candidates.go)
+	refused     refusals                      // opens answered ESTALE, whose retry passes (refused.go)
 	// writesUncache: the kernel drops an inode's cached size and times
 	// at each write(2) itself (FUSE 7.35, Linux 5.16; see uncache).
 	writesUncache atomic.Bool

@@ -223,9 +223,7 @@ func (s *Server) Gauges() Gauges {
 			g.PendingBytes += h.pendingBytes()
 		}
 	}
-	r.kept.mu.Lock()
-	g.RejectedFiles, g.RejectedBytes = r.kept.files, r.kept.all
-	r.kept.mu.Unlock()
+	g.RejectedFiles, g.RejectedBytes = r.kept.Totals()
 	if x := r.rmw; x != nil {
 		for _, t := range x.allTables() {
 			g.RMWHeld += t.Len()

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/limits"
 	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 )
@@ -26,40 +26,6 @@ const (
 	DefaultRejectedUserMax = 256 << 20
 	minKeptCost            = 4096 // an empty file still costs an inode
 )
-
-// keptBytes is what rejected/ holds, per writing uid (from the file
-// names, "u<uid>-..."; files kept by older versions count in all only).
-type keptBytes struct {
-	max, userMax int64
-
-	mu    sync.Mutex
-	all   int64
-	byUID map[uint32]int64
-	files int64 // found at mount plus kept since (Server.Gauges)
-}
-
-func newKeptBytes(o Options) *keptBytes {
-	k := &keptBytes{max: o.RejectedMax, userMax: o.RejectedUserMax, byUID: map[uint32]int64{}}
-	if k.max <= 0 {
-		k.max = DefaultRejectedMax
-	}
-	if k.userMax <= 0 {
-		k.userMax = DefaultRejectedUserMax
-	}
-	return k
-}
-
-// take reserves cost bytes for uid, false if a bound would be passed.
-func (k *keptBytes) take(uid uint32, cost int64) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.all+cost > k.max || k.byUID[uid]+cost > k.userMax {
-		return false
-	}
-	k.all += cost
-	k.byUID[uid] += cost
-	return true
-}
 
 func keptName(uid uint32, stage string) string { return fmt.Sprintf("u%d-%s", uid, stage) }
 
@@ -87,7 +53,7 @@ func (h *handle) keep() string {
 		return ""
 	}
 	st, err := backing.Fstat(int(h.stage.Fd()))
-	if err != nil || !r.kept.take(h.uid, keptCost(&st)) {
+	if err != nil || !r.kept.Take(h.uid, keptCost(&st)) {
 		r.count.dropped.Add(1)
 		h.discard()
 		return ""
@@ -95,14 +61,12 @@ func (h *handle) keep() string {
 	nm := keptName(h.uid, cmp.Or(h.stageNm, staging.TempName()))
 	if err := h.moveToRejected(nm); err != nil {
 		r.log.Error("could not keep rejected bytes", zap.String("path", logPath(h.n.path())), zap.Error(err))
-		r.kept.take(h.uid, -keptCost(&st))
+		r.kept.Take(h.uid, -keptCost(&st))
 		r.count.dropped.Add(1)
 		h.discard()
 		return ""
 	}
-	r.kept.mu.Lock()
-	r.kept.files++
-	r.kept.mu.Unlock()
+	r.kept.Kept()
 	h.stage.Close()
 	h.stage, h.stageNm, h.dirty = nil, "", false
 	h.staged.Store(0)
@@ -136,7 +100,14 @@ func (h *handle) moveToRejected(nm string) error {
 // loadKept counts what rejected/ holds at mount, and tells the operator:
 // safefs never deletes it, the operator decides what to do with it.
 func (r *root) loadKept() {
-	r.kept = newKeptBytes(r.opts)
+	all, perUID := r.opts.RejectedMax, r.opts.RejectedUserMax
+	if all <= 0 {
+		all = DefaultRejectedMax
+	}
+	if perUID <= 0 {
+		perUID = DefaultRejectedUserMax
+	}
+	r.kept = limits.NewKept(all, perUID)
 	names, err := backing.ReadDirNames(r.rejectedfd)
 	if err != nil || len(names) == 0 {
 		return
@@ -151,11 +122,7 @@ func (r *root) loadKept() {
 		if !ok {
 			uid = ^uint32(0) // unknown writer: counts in all only
 		}
-		r.kept.mu.Lock()
-		r.kept.all += keptCost(&st)
-		r.kept.byUID[uid] += keptCost(&st)
-		r.kept.files++
-		r.kept.mu.Unlock()
+		r.kept.Found(uid, keptCost(&st))
 		bytes += st.Size
 	}
 	r.log.Warn("rejected commits are kept for the operator; remove them when dealt with",

@@ -70,7 +70,7 @@ type root struct {
 	files                      *limits.Files
 	space                      limits.Space // roomFor's last statfs
 	dirs                       openDirs
-	kept                       *keptBytes // what rejected/ holds, per writing uid
+	kept                       *limits.Kept // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog   loglimit.Limit
 	leaseLog    loglimit.Limit // and those for requests another's lease refused (lease.go)

@@ -75,16 +75,16 @@ func openWalk(dir int, rel string, flags int, mode uint32) (int, error) {
 	cur := dir
 	for i, p := range parts {
 		if err := CheckName(p); err != nil {
-			CloseIf(cur, dir)
+			closeIf(cur, dir)
 			return -1, err
 		}
 		if i == len(parts)-1 {
 			fd, err := unix.Openat(cur, p, flags, mode)
-			CloseIf(cur, dir)
+			closeIf(cur, dir)
 			return fd, err
 		}
 		next, err := unix.Openat(cur, p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		CloseIf(cur, dir)
+		closeIf(cur, dir)
 		if err != nil {
 			return -1, err
 		}
@@ -93,8 +93,8 @@ func openWalk(dir int, rel string, flags int, mode uint32) (int, error) {
 	return -1, unix.EINVAL
 }
 
-// CloseIf closes fd unless it is keep (a walk's starting directory).
-func CloseIf(fd, keep int) {
+// closeIf closes fd unless it is keep (a walk's starting directory).
+func closeIf(fd, keep int) {
 	if fd != keep {
 		unix.Close(fd)
 	}

@@ -111,3 +111,57 @@ func (c *Space) Set(left, block int64) {
 	defer c.mu.Unlock()
 	c.at, c.left, c.block = time.Now(), left, block
 }
+
+// Kept is what the rejected/ directory holds, in all and per writing
+// uid: the bytes of failed commits are kept there within its bounds, so
+// that a flood of failures (by one user above all) cannot fill the disk.
+type Kept struct {
+	max, userMax int64
+
+	mu    sync.Mutex
+	all   int64
+	byUID map[uint32]int64
+	files int64 // found at mount plus kept since
+}
+
+// NewKept bounds rejected/ to max bytes in all, userMax per uid.
+func NewKept(max, userMax int64) *Kept {
+	return &Kept{max: max, userMax: userMax, byUID: map[uint32]int64{}}
+}
+
+// Take reserves cost bytes for uid, false if a bound would be passed (a
+// negative cost gives bytes back).
+func (k *Kept) Take(uid uint32, cost int64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.all+cost > k.max || k.byUID[uid]+cost > k.userMax {
+		return false
+	}
+	k.all += cost
+	k.byUID[uid] += cost
+	return true
+}
+
+// Found counts a file of cost bytes found at mount, kept for uid, bounds
+// or not.
+func (k *Kept) Found(uid uint32, cost int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.all += cost
+	k.byUID[uid] += cost
+	k.files++
+}
+
+// Kept counts a file kept (its bytes were taken).
+func (k *Kept) Kept() {
+	k.mu.Lock()
+	k.files++
+	k.mu.Unlock()
+}
+
+// Totals are the files and bytes counted.
+func (k *Kept) Totals() (files, bytes int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.files, k.all
+}

@@ -43,3 +43,21 @@ func TestFiles(t *testing.T) {
 	assert.Equal(t, max(d.total/2, 8), d.perUser)
 	assert.Equal(t, 5, NewFiles(5).perUser)
 }
+
+// rejected/ takes bytes within both bounds; what was found at mount
+// counts whatever the bounds; bytes given back are free again.
+func TestKept(t *testing.T) {
+	k := NewKept(100, 60)
+	assert.True(t, k.Take(33, 60))
+	assert.False(t, k.Take(33, 1), "past the uid's bound")
+	assert.True(t, k.Take(34, 40))
+	assert.False(t, k.Take(35, 1), "past the bound of all")
+	assert.True(t, k.Take(34, -40))
+	assert.True(t, k.Take(35, 40))
+	k.Kept()
+	k.Found(^uint32(0), 500)
+	files, bytes := k.Totals()
+	assert.EqualValues(t, 2, files)
+	assert.EqualValues(t, 600, bytes)
+	assert.False(t, k.Take(36, 1), "the files found count")
+}

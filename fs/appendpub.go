@@ -42,8 +42,6 @@ const (
 	// under f.inPlace, so that a reader through the mount sees all of it
 	// or none: a publish of lines never shows a line cut.
 	appendAtomicMax = 2 * appendPendMax
-	// lineScan is the most read at once looking back for a line's end.
-	lineScan = 64 << 10
 )
 
 // appendPub is a handle's publishing state, under h.mu.
@@ -204,7 +202,7 @@ func (h *handle) linesEnd(look int64) (int64, error) {
 	if look > 0 {
 		from = max(from, size-look)
 	}
-	at, err := lastNewline(h.stage, from, size)
+	at, err := staging.LastNewline(h.stage, from, size)
 	switch {
 	case err != nil:
 		return 0, err
@@ -215,25 +213,6 @@ func (h *handle) linesEnd(look int64) (int64, error) {
 	}
 	h.pub.noNLOf, h.pub.noNL = h.stage, size
 	return 0, nil
-}
-
-// lastNewline returns the offset of the last newline in f between from
-// and to, -1 if none, reading back from to: a small read first, since
-// a line mostly ends at the very end.
-func lastNewline(f *os.File, from, to int64) (int64, error) {
-	chunk := int64(4 << 10)
-	for end := to; end > from; chunk = min(2*chunk, lineScan) {
-		start := max(from, end-chunk)
-		b := make([]byte, end-start)
-		if _, err := f.ReadAt(b, start); err != nil {
-			return -1, err
-		}
-		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-			return start + int64(i), nil
-		}
-		end = start
-	}
-	return -1, nil
 }
 
 // pendingTail is what follows an appender's last complete line while

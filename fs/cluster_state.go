@@ -111,7 +111,7 @@ func (r *root) firstOfCluster(name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := journal.Recover(r.internal, targets{r.rootfd}, r.log); err != nil {
+	if _, err := journal.Recover(r.internal, backing.Targets{Root: r.rootfd}, r.log); err != nil {
 		return fmt.Errorf("recovery of %s: %w", r.internalPath, err)
 	}
 	_, err = r.recoverNodes()
@@ -138,7 +138,7 @@ func (r *root) recoverNodes() (journal.Summary, error) {
 			continue
 		}
 		f := os.NewFile(uintptr(d), e.Name())
-		s, err := journal.Recover(f, sharedTargets{targets{r.rootfd}}, r.log.With(zap.String("node", e.Name())))
+		s, err := journal.Recover(f, sharedTargets{backing.Targets{Root: r.rootfd}}, r.log.With(zap.String("node", e.Name())))
 		f.Close()
 		if err != nil {
 			return sum, err
@@ -181,7 +181,7 @@ func (r *root) enterNode() (func(), error) {
 // that a node restarting settles its cut-off commits while no other
 // daemon commits those files. The locks are held until release.
 type clusterTargets struct {
-	targets
+	backing.Targets
 	r    *root
 	mu   sync.Mutex
 	held []lockmgr.Held
@@ -204,7 +204,7 @@ func (t *clusterTargets) OpenTarget(rel string) (*os.File, error) {
 	t.mu.Lock()
 	t.held = append(t.held, g)
 	t.mu.Unlock()
-	return t.targets.OpenTarget(rel)
+	return t.Targets.OpenTarget(rel)
 }
 
 // Shared: other daemons commit to these files too (journal.SharedTargets).
@@ -212,7 +212,7 @@ func (t *clusterTargets) Shared() bool { return true }
 
 // sharedTargets are the targets of the nodes' journals settled by the
 // first daemon of a cluster: shared too.
-type sharedTargets struct{ targets }
+type sharedTargets struct{ backing.Targets }
 
 func (sharedTargets) Shared() bool { return true }
 

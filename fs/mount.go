@@ -111,7 +111,7 @@ func Recover(backing string, o Options) (journal.Summary, error) {
 // the cluster locks of the files its records name.
 func (r *root) recover() (journal.Summary, error) {
 	if !r.clustered() {
-		sum, err := journal.Recover(r.internal, targets{r.rootfd}, r.log)
+		sum, err := journal.Recover(r.internal, backing.Targets{Root: r.rootfd}, r.log)
 		if err != nil || !r.hasNodes() {
 			return sum, err
 		}
@@ -122,7 +122,7 @@ func (r *root) recover() (journal.Summary, error) {
 		return sum, err
 	}
 	r.locks = r.newLocks()
-	t := &clusterTargets{targets: targets{r.rootfd}, r: r}
+	t := &clusterTargets{Targets: backing.Targets{Root: r.rootfd}, r: r}
 	defer t.release()
 	return journal.Recover(r.internal, t, r.log)
 }

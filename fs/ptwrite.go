@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/caps"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/internal/staging"
 )
@@ -98,7 +99,7 @@ func (n *Node) ptAlone(h *handle) bool {
 // and a user's writes must not reach root's reserved blocks (roomFor).
 func (r *root) ptBackingWriter(f *os.File) (int32, bool) {
 	runtime.LockOSThread()
-	restore, err := dropEffectiveCap(unix.CAP_SYS_RESOURCE)
+	restore, err := caps.DropEffective(unix.CAP_SYS_RESOURCE)
 	if err != nil {
 		runtime.UnlockOSThread()
 		return 0, false
@@ -112,22 +113,6 @@ func (r *root) ptBackingWriter(f *os.File) (int32, bool) {
 	}
 	runtime.UnlockOSThread()
 	return id, ok
-}
-
-// dropEffectiveCap takes capability c out of the calling thread's
-// effective set (capset acts on one thread); restore puts the set back.
-func dropEffectiveCap(c uint) (restore func() error, err error) {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return nil, err
-	}
-	old := data
-	data[c/32].Effective &^= 1 << (c % 32)
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return nil, err
-	}
-	return func() error { return unix.Capset(&hdr, &old[0]) }, nil
 }
 
 // ptMark is what a writer's staging file looked like when ptWrote last

@@ -1,12 +1,9 @@
 package fs
 
 import (
-	"context"
 	"errors"
 	"os"
-	"path"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,7 +17,6 @@ import (
 	"github.com/safefs/safefs/internal/limits"
 	"github.com/safefs/safefs/internal/lockbook"
 	"github.com/safefs/safefs/internal/loglimit"
-	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
@@ -182,34 +178,4 @@ func (f *file) bump() {
 	f.mu.Lock()
 	f.version++
 	f.mu.Unlock()
-}
-
-// targets opens journal targets for recovery, beneath BACKING only.
-type targets struct{ rootfd int }
-
-// OpenTarget opens rel for recovery. Recovery runs before the mount
-// serves: another process's lease on the target is waited for as long as
-// the kernel lets its holder keep it (lease-break-time), since a commit
-// cut off by a crash is to be settled (lease.go).
-func (t targets) OpenTarget(rel string) (*os.File, error) {
-	w := backing.LeaseWaiter{Limit: proc.LeaseBreakTime() + time.Second}
-	for {
-		f, err := t.openTarget(rel)
-		if !errors.Is(err, backing.ErrLeased) || !w.Again(context.Background()) {
-			return f, err
-		}
-	}
-}
-
-func (t targets) openTarget(rel string) (*os.File, error) {
-	dir, nm := path.Split(rel)
-	if dir == "" {
-		return backing.OpenRegular(t.rootfd, nm, unix.O_RDWR)
-	}
-	dfd, err := backing.OpenRel(t.rootfd, strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(dfd)
-	return backing.OpenRegular(dfd, nm, unix.O_RDWR)
 }

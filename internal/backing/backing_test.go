@@ -143,3 +143,29 @@ func TestFsyncDir(t *testing.T) {
 	assert.ErrorIs(t, unix.Fsync(fd), unix.EBADF)
 	assert.NoError(t, FsyncDir(fd))
 }
+
+// A recovery target is a regular file beneath the root, reached without
+// symlinks, open for reading and writing.
+func TestTargets(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a", "b", "f"), []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "top"), []byte("y"), 0o644))
+	require.NoError(t, os.Symlink("a", filepath.Join(dir, "link")))
+	tg := Targets{Root: openDir(t, dir)}
+	for rel, want := range map[string]string{"a/b/f": "x", "top": "y"} {
+		f, err := tg.OpenTarget(rel)
+		require.NoError(t, err, rel)
+		_, err = f.WriteAt([]byte("z"), 1)
+		require.NoError(t, err, "%s: not writable", rel)
+		b := make([]byte, 2)
+		_, err = f.ReadAt(b, 0)
+		require.NoError(t, err)
+		assert.Equal(t, want+"z", string(b))
+		f.Close()
+	}
+	for _, rel := range []string{"link/b/f", "../x", "a/b", "a/missing"} {
+		_, err := tg.OpenTarget(rel)
+		assert.Error(t, err, rel)
+	}
+}

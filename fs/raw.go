@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/magic"
 )
 
 // Raw files (docs/sqlite.md). Some files keep their own consistency: a
@@ -58,9 +59,6 @@ import (
 // its file becomes raw publishes them in place (commitWhole) at its
 // commit point and is served raw from then on; a clean one is switched
 // at once (switchRaw).
-
-// sqliteHeader begins every SQLite 3 database file.
-const sqliteHeader = "SQLite format 3\x00"
 
 // SQLite's lock bytes (os_unix.c): the database's PENDING_BYTE, then
 // RESERVED_BYTE and the 510 bytes of the SHARED range; the -shm file's
@@ -173,10 +171,6 @@ const (
 	contentSQLite
 )
 
-// sqliteMinSize is a database's smallest size: one page of the smallest
-// page size.
-const sqliteMinSize = 512
-
 // rawContent tells an empty committed version and a SQLite database
 // from any other content (unknown: other). A smaller file than a
 // database costs one stat, without an open.
@@ -188,7 +182,7 @@ func (n *Node) rawContent() content {
 	if st.Size == 0 {
 		return contentEmpty
 	}
-	if st.Size < sqliteMinSize {
+	if st.Size < magic.SQLiteMinSize {
 		return contentOther
 	}
 	f, err := n.openCurrent(unix.O_RDONLY | unix.O_NOATIME)
@@ -199,8 +193,7 @@ func (n *Node) rawContent() content {
 		return contentOther
 	}
 	defer f.Close()
-	var b [len(sqliteHeader)]byte
-	if m, _ := unix.Pread(int(f.Fd()), b[:], 0); m == len(b) && string(b[:]) == sqliteHeader {
+	if magic.SQLite(f) {
 		return contentSQLite
 	}
 	return contentOther

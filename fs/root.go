@@ -17,6 +17,7 @@ import (
 	"github.com/safefs/safefs/internal/limits"
 	"github.com/safefs/safefs/internal/lockbook"
 	"github.com/safefs/safefs/internal/loglimit"
+	"github.com/safefs/safefs/internal/redo"
 	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
@@ -73,7 +74,7 @@ type root struct {
 	rmw         *rmwState      // nil: read-modify-write sessions off
 	pool        *staging.Pool
 	appendBufs  appendBuffers                 // pending appends kept in memory (appendbuf.go)
-	redo        redoLog                       // redo records awaiting their checkpoint (redo.go)
+	redo        redo.Queue[key]               // redo records awaiting their checkpoint (redo.go)
 	ckMu        sync.Mutex                    // one checkpoint at a time
 	book        lockbook.Book[*file, *handle] // script locks held through this daemon (locks.go)
 	openWriters writerSet                     // open writers by process, for unlocks (unlock.go)

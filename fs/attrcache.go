@@ -138,31 +138,6 @@ func (n *Node) permChanged() {
 	}
 }
 
-// changeEpoch is taken before a lookup stats a name; stable reports
-// whether no change of what a name leads to through the mount (a
-// commit, a rename, a removal: see changing) began since and none was
-// running then, so that the stat describes a committed version that
-// still has that name.
-type changeEpoch struct {
-	begun uint64
-	idle  bool
-}
-
-func (r *root) changeEpoch() changeEpoch {
-	b := r.changesBegun.Load()
-	return changeEpoch{b, r.changesEnded.Load() == b}
-}
-
-func (r *root) stable(e changeEpoch) bool {
-	return e.idle && r.changesBegun.Load() == e.begun
-}
-
-// changing marks a change of what a name leads to; done marks its end.
-func (r *root) changing() (done func()) {
-	r.changesBegun.Add(1)
-	return func() { r.changesEnded.Add(1) }
-}
-
 // The kernel keeps one size for the inode, which lseek(SEEK_END) and a
 // shared map's page faults use, and it stores there the size of every
 // reply that carries attributes; each reply describes its caller's

@@ -33,7 +33,7 @@ func (h *handle) commit() error {
 
 func (h *handle) commitLocked() error {
 	r := h.n.r
-	defer r.changing()()
+	defer r.changes.Begin()()
 	ctx, cancel := lockContext(r)
 	defer cancel()
 	key := h.n.lockKey()

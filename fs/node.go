@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/epoch"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -274,7 +275,7 @@ func (n *Node) nodeFor(ctx context.Context, f *file, st *unix.Stat_t, out *fuse.
 // ESTALE; renamed over, it has nowhere to go, as on a local file system).
 // Nothing needs checking again when no change of names ran meanwhile
 // (e, taken before the stat): one stat per lookup, as on a plain mount.
-func (n *Node) lookupFile(dir int, nm string, e changeEpoch) (st unix.Stat_t, f *file, err error) {
+func (n *Node) lookupFile(dir int, nm string, e epoch.Epoch) (st unix.Stat_t, f *file, err error) {
 	for range staleTries {
 		if st, err = n.statEntry(dir, nm, e); err != nil {
 			return st, nil, err
@@ -291,8 +292,8 @@ func (n *Node) lookupFile(dir int, nm string, e changeEpoch) (st unix.Stat_t, f 
 
 // unchanged reports whether no change of names through the mount began
 // since e. Another daemon of a cluster changes names unseen.
-func (n *Node) unchanged(e changeEpoch) bool {
-	return !n.r.clustered() && n.r.stable(e)
+func (n *Node) unchanged(e epoch.Epoch) bool {
+	return !n.r.clustered() && n.r.changes.Stable(e)
 }
 
 // leadsTo reports whether dir/nm leads to f's version.
@@ -318,13 +319,13 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 		return nil, n.errno(err)
 	}
 	defer drop()
-	e := n.r.changeEpoch()
+	e := n.r.changes.Now()
 	st, f, err := n.lookupFile(dir, nm, e)
 	if err != nil {
 		return nil, n.errno(err)
 	}
 	in := n.nodeFor(ctx, f, &st, out)
-	stable := n.r.stable(e)
+	stable := n.r.changes.Stable(e)
 	versionEntry(in, out, stable)
 	f.keepSize(out.Size)
 	if stable {
@@ -337,7 +338,7 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 // may be the old version a commit has just renamed over (stat'ed before
 // the rename, looked up after): only if the name still leads to it is it
 // a new file. When no change of names began since e, it is.
-func (n *Node) statEntry(dir int, nm string, e changeEpoch) (st unix.Stat_t, err error) {
+func (n *Node) statEntry(dir int, nm string, e epoch.Epoch) (st unix.Stat_t, err error) {
 	for range staleTries {
 		st, err = backing.StatAt(dir, nm)
 		n.r.crash("lookup-stat") // a stop point for tests only

@@ -135,7 +135,7 @@ func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
 	if err != nil {
 		return nil, lockErrno(err)
 	}
-	done := n.r.changing()
+	done := n.r.changes.Begin()
 	// An append record ended lazily, or a redo record not yet
 	// checkpointed, names a path this may change: it must be settled
 	// first, or recovery could find it open and its path another file

@@ -120,12 +120,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, syscall.ENAMETOOLONG
 	}
 	tid := callerTid(ctx)
-	retry := n.r.refused.take(tid)
+	retry := n.r.refused.Take(tid)
 	if n.rawNow(flags) {
 		return n.openRaw(ctx, flags, tid, retry) // raw.go
 	}
 	if isWrite(flags) && !n.writerMayOpen(tid, retry) || !isWrite(flags) && !n.readerMayOpen(tid, retry) {
-		n.r.refused.note(tid)
+		n.r.refused.Note(tid)
 		n.r.crash("open-refused")     // a stop point for tests only
 		return nil, 0, syscall.ESTALE // the kernel looks the name up again
 	}
@@ -153,14 +153,14 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		h.mu.Lock()
 		h.close() // gives its file slot back
 		h.mu.Unlock()
-		n.r.refused.note(tid)
+		n.r.refused.Note(tid)
 		return nil, 0, syscall.ESTALE
 	}
 	n.rmwOpened(h, sess, flags)
 	if err != nil {
 		n.r.files.Give(callerUID(ctx))
 		if errors.Is(err, syscall.ESTALE) {
-			n.r.refused.note(tid)
+			n.r.refused.Note(tid)
 		}
 		n.r.leaseRefused(ctx, "open", n.path(), n.r.ids.current(n.f), err)
 		return nil, 0, n.errno(err)
@@ -226,7 +226,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	}
 	defer drop()
 	tid := callerTid(ctx)
-	retry := n.r.refused.take(tid) // a refused open's retry may come as a create
+	retry := n.r.refused.Take(tid) // a refused open's retry may come as a create
 	if err := n.r.roomForMeta(ctx, 0); err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
@@ -241,7 +241,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 			// kernel holds the directory's lock around CREATE: ESTALE
 			// makes it look the name up again, find the file, and send
 			// an OPEN without that lock, which waits for the lease.
-			n.r.refused.note(tid)
+			n.r.refused.Note(tid)
 			return nil, nil, 0, syscall.ESTALE
 		}
 		if errors.Is(err, backing.ErrLeased) {
@@ -311,7 +311,7 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 // unlinkNew removes the file a failed create made, a change of names
 // for lookups that may have found it.
 func (n *Node) unlinkNew(dir int, nm string) {
-	defer n.r.changing()()
+	defer n.r.changes.Begin()()
 	_ = backing.UnlinkAt(dir, nm, 0)
 }
 

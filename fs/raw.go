@@ -312,7 +312,7 @@ func (h *handle) switchRaw() {
 // retry.
 func (n *Node) openRaw(ctx context.Context, flags uint32, tid uint32, retry bool) (gofs.FileHandle, uint32, syscall.Errno) {
 	if !retry && n.rawSendOn() {
-		n.r.refused.note(tid)
+		n.r.refused.Note(tid)
 		return nil, 0, syscall.ESTALE
 	}
 	if err := n.r.takeFile(ctx); err != nil {
@@ -339,7 +339,7 @@ func (n *Node) openRaw(ctx context.Context, flags uint32, tid uint32, retry bool
 	if err != nil {
 		n.r.files.Give(callerUID(ctx))
 		if errors.Is(err, syscall.ESTALE) {
-			n.r.refused.note(tid)
+			n.r.refused.Note(tid)
 		}
 		return nil, 0, n.errno(err)
 	}

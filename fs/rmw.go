@@ -13,6 +13,7 @@ import (
 	"github.com/safefs/safefs/internal/exitwatch"
 	"github.com/safefs/safefs/internal/loglimit"
 	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/recent"
 	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/rmw"
 )
@@ -42,7 +43,11 @@ type rmwState struct {
 	exits   *exitwatch.Watch
 	saveMu  sync.Mutex
 	warnLog loglimit.Limit
-	locking lockingPairs
+	// locking: the (file, program) pairs seen holding a lock when they
+	// rewrote what they read, not checked again for a while: a flock
+	// counter would otherwise have every process's descriptors read in
+	// /proc at every commit (about 85 system calls each, measured).
+	locking recent.Set[rmw.Pair]
 }
 
 // table is the session table of user uid.
@@ -64,37 +69,12 @@ func (x *rmwState) allTables() map[uint32]*rmw.Table {
 	return maps.Clone(x.tables)
 }
 
-// lockingPairs remembers, for a while, the (file, program) pairs seen
-// holding a lock when they rewrote what they read: a flock counter
-// would otherwise have every process's descriptors read in /proc at
-// every commit (about 85 system calls each, measured).
-type lockingPairs struct {
-	mu   sync.Mutex
-	seen map[rmw.Pair]time.Time
-}
-
 // lockingKeep is how long a pair seen locking is not checked again; a
 // program that drops its lock meanwhile is learned that much later.
 const lockingKeep = 10 * time.Second
 
 // maxLockingPairs bounds the memory: past it the set starts afresh.
 const maxLockingPairs = 4096
-
-func (l *lockingPairs) has(p rmw.Pair, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	at, ok := l.seen[p]
-	return ok && now.Sub(at) < lockingKeep
-}
-
-func (l *lockingPairs) add(p rmw.Pair, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.seen == nil || len(l.seen) >= maxLockingPairs {
-		l.seen = map[rmw.Pair]time.Time{}
-	}
-	l.seen[p] = now
-}
 
 // rmwReadKeep is how long a read is remembered as the first half of a
 // read-modify-write: a CGI script rewrites within milliseconds.
@@ -110,7 +90,8 @@ func (r *root) rmwStart() error {
 		return err
 	}
 	x := &rmwState{hold: o.RMWHold, tables: map[uint32]*rmw.Table{}, globs: o.RMWGlobs, auto: o.RMWAuto,
-		learned: rmw.NewLearned(), classes: rmw.NewClasses(), reads: rmw.NewReads(rmwReadKeep), exits: ex}
+		learned: rmw.NewLearned(), classes: rmw.NewClasses(), reads: rmw.NewReads(rmwReadKeep), exits: ex,
+		locking: recent.Set[rmw.Pair]{Keep: lockingKeep, Max: maxLockingPairs}}
 	if o.RMWAuto {
 		x.learned = r.loadLearned()
 	}
@@ -355,12 +336,12 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	}
 	p := rmw.Pair{UID: uid, Path: n.path(), Cmd: proc.Program(pid)}
 	now := time.Now()
-	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
+	if p.Cmd == "" || x.learned.Has(p) || x.locking.Has(p, now) {
 		return
 	}
 	if held, known := proc.HoldsLock(pid); held {
 		if known {
-			x.locking.add(p, now)
+			x.locking.Add(p, now)
 		}
 		return
 	}

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/epoch"
+	"github.com/safefs/safefs/internal/estale"
 	"github.com/safefs/safefs/internal/limits"
 	"github.com/safefs/safefs/internal/lockbook"
 	"github.com/safefs/safefs/internal/loglimit"
@@ -62,12 +64,12 @@ type root struct {
 	selfTestSeen atomic.Bool
 	// probe is the self-test's probe's name while it runs (selftest.go).
 	probe atomic.Pointer[string]
-	// changes of names begun and ended, for lookups (changeEpoch)
-	changesBegun, changesEnded atomic.Uint64
-	files                      *limits.Files
-	space                      limits.Space // roomFor's last statfs
-	dirs                       openDirs
-	kept                       *limits.Kept // what rejected/ holds, per writing uid
+	// changes of names begun and ended, for lookups
+	changes epoch.Changes
+	files   *limits.Files
+	space   limits.Space // roomFor's last statfs
+	dirs    openDirs
+	kept    *limits.Kept // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog   loglimit.Limit
 	leaseLog    loglimit.Limit // and those for requests another's lease refused (lease.go)
@@ -80,7 +82,7 @@ type root struct {
 	openWriters writerSet                     // open writers by process, for unlocks (unlock.go)
 	pt          ptRoot                        // passthrough (passthrough.go)
 	cands       candidates                    // nodes made by requests in progress (candidates.go)
-	refused     refusals                      // opens answered ESTALE, whose retry passes (refused.go)
+	refused     estale.Refusals               // opens answered ESTALE, whose retry passes
 	// writesUncache: the kernel drops an inode's cached size and times
 	// at each write(2) itself (FUSE 7.35, Linux 5.16; see uncache).
 	writesUncache atomic.Bool

@@ -1,19 +1,22 @@
-package fs
+// Package estale remembers the opens answered ESTALE so that their
+// retry passes: the kernel retries such an open once and fails the
+// system call if the retry is answered ESTALE too.
+package estale
 
 import (
 	"sync"
 	"time"
 )
 
-// refusals remembers the threads whose last OPEN was answered ESTALE.
+// Refusals remembers the threads whose last OPEN was answered ESTALE.
 // The kernel retries such an open once (do_filp_open, LOOKUP_REVAL) and
 // fails the system call if the retry is answered ESTALE too, so the
 // thread's next OPEN is let through whatever its node: the routing of
-// roles.go usually brings it to a node made for it, but a retry that
+// fs's roles.go usually brings it to a node made for it, but a retry that
 // comes late (a loaded machine) or finds its logical file forgotten
 // meets other openers. Kept at the root, not in the file, for that
 // reason.
-type refusals struct {
+type Refusals struct {
 	mu sync.Mutex
 	at map[uint32]int64 // tid → when refused (ns)
 }
@@ -22,8 +25,8 @@ type refusals struct {
 // never comes (the name vanished, the thread died) is forgotten then.
 const refusalLife = 10 * time.Second
 
-// note records that thread tid's open was just answered ESTALE.
-func (r *refusals) note(tid uint32) {
+// Note records that thread tid's open was just answered ESTALE.
+func (r *Refusals) Note(tid uint32) {
 	if tid == 0 {
 		return
 	}
@@ -41,9 +44,9 @@ func (r *refusals) note(tid uint32) {
 	r.at[tid] = now
 }
 
-// take reports whether thread tid's open is the retry of a refused one,
+// Take reports whether thread tid's open is the retry of a refused one,
 // and ends that refusal.
-func (r *refusals) take(tid uint32) bool {
+func (r *Refusals) Take(tid uint32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	at, ok := r.at[tid]

@@ -28,7 +28,7 @@ type file struct {
 	// lockedOnce: a script lock was asked for on it through the mount
 	// (then its readers' closes come to the daemon: noFlush).
 	lockedOnce atomic.Bool
-	// raw: served in place, without staging (raw.go); rw: its state.
+	// raw: served in place, without staging (rawfile.go); rw: its state.
 	raw atomic.Bool
 	// gen tells this file's kernel inode from another's with the same
 	// number (see ids.newLocked).

@@ -115,7 +115,7 @@ func (n *Node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 	if lk.Typ != unix.F_UNLCK {
 		n.f.lockedOnce.Store(true) // before the grant: see noFlush
 		if !o.Flock {
-			n.rawLock(fh, lk) // SQLite's lock bytes (raw.go)
+			n.rawLock(fh, lk) // SQLite's lock bytes (rawfile.go)
 		}
 	}
 	if lk.Typ == unix.F_UNLCK {

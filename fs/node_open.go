@@ -122,7 +122,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	tid := callerTid(ctx)
 	retry := n.r.refused.Take(tid)
 	if n.rawNow(flags) {
-		return n.openRaw(ctx, flags, tid, retry) // raw.go
+		return n.openRaw(ctx, flags, tid, retry) // rawfile.go
 	}
 	if isWrite(flags) && !n.writerMayOpen(tid, retry) || !isWrite(flags) && !n.readerMayOpen(tid, retry) {
 		n.r.refused.Note(tid)
@@ -166,7 +166,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, n.errno(err)
 	}
 	if n.f.isRaw() {
-		// It became raw while this open was on its way (raw.go).
+		// It became raw while this open was on its way (rawfile.go).
 		h.mu.Lock()
 		h.switchRaw()
 		h.mu.Unlock()

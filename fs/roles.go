@@ -95,7 +95,7 @@ type nodeRoles struct {
 	// once must see each other (othersHold sees handles only).
 	opening map[uint32]bool
 	// rawMode: how the raw node serves raw opens; rawCached: its raw
-	// handles open through its page cache (raw.go).
+	// handles open through its page cache (rawfile.go).
 	rawMode   rawMode
 	rawCached int
 }
@@ -228,7 +228,7 @@ func (f *file) curGen() uint64 {
 // directory's lock while it waits for a request that waits for us.
 func (f *file) moveOn(r *root) {
 	if f.rw.gen != 0 {
-		return // a raw file's opens share its raw node (raw.go)
+		return // a raw file's opens share its raw node (rawfile.go)
 	}
 	f.roles.kgen = r.ids.newGen()
 	f.roles.movedAt = time.Now().UnixNano()

@@ -1,6 +1,6 @@
 package fs_test
 
-// Raw files (raw.go, docs/sqlite.md): files that keep their own
+// Raw files (rawfile.go, docs/sqlite.md): files that keep their own
 // consistency are read and written in place. The maps are made in a
 // Python helper process, never in the test process, which serves the
 // mount (see mmap_test.go).

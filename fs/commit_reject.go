@@ -42,6 +42,35 @@ func keptUID(nm string) (uint32, bool) {
 
 func keptCost(st *unix.Stat_t) int64 { return max(st.Blocks*512, minKeptCost) }
 
+// reject keeps the pending bytes of a commit that could not be made in
+// rejected/ (within its bounds, see keep), and maps the reason to the
+// documented errno. A commit that failed after its rename has nothing
+// left to keep. One line is logged, at most a few per interval.
+func (h *handle) reject(why error) error {
+	r := h.n.r
+	if h.stage == nil && len(h.buf) == 0 && !h.newFile {
+		// Failed after its rename: the new version is in place, but
+		// its directory's fsync failed: it may not survive a crash.
+		r.log.Error("commit made but not durable", zap.String("path", logPath(h.n.path())), zap.Error(why))
+		return lockErrno(why)
+	}
+	r.count.rejected.Add(1)
+	kept := h.keep()
+	h.obsRejected(why, kept)
+	if ok, skipped := r.rejectLog.Allow(); ok {
+		r.log.Warn("commit rejected, previous version kept", zap.String("path", logPath(h.n.path())), zap.Error(why),
+			zap.String("kept_in", keptWhere(kept)), zap.Uint32("uid", h.uid), zap.Int("not_logged_before", skipped))
+	}
+	return lockErrno(why)
+}
+
+func keptWhere(nm string) string {
+	if nm == "" {
+		return "(dropped: rejected/ is full)"
+	}
+	return journal.RejectedDir + "/" + nm
+}
+
 // keep moves the pending version of a failed commit to rejected/ if the
 // bounds allow; else it is dropped. It returns where it was kept ("" if
 // dropped).

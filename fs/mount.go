@@ -380,7 +380,7 @@ func (s *Server) release() {
 			f.dropGhost()
 			f.dropReaderFds()
 		}
-		r.dirs.closeAll()
+		r.dirs.CloseAll()
 		r.pool.Close()
 		r.rmwStop()
 		r.logStats()

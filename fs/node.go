@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/dirfds"
 	"github.com/safefs/safefs/internal/epoch"
 	"github.com/safefs/safefs/journal"
 )
@@ -23,20 +24,16 @@ type Node struct {
 	r *root
 	f *file
 
-	// Directories: the O_PATH fd (-1 when closed), the requests using
-	// it, whether the kernel forgot the node, and its place among the
-	// idle fds; all under r.dirs.mu (dirfds.go).
-	dirfd            int
-	dirUse           int
-	dirGone, dirIdle bool
-	dirPrev, dirNext *Node
+	// dir: a directory's O_PATH fd and its place among the idle fds
+	// (dirfds.go).
+	dir dirfds.Entry
 
 	rl nodeRoles // its role (roles.go), under f.mu
 
 	forgot atomic.Bool // OnForget ran: once, from go-fuse or candidates.settle
 }
 
-func (r *root) newNode(f *file) *Node { return &Node{r: r, f: f, dirfd: -1} }
+func (r *root) newNode(f *file) *Node { return &Node{r: r, f: f, dir: dirfds.NewEntry()} }
 
 func (n *Node) isRoot() bool { return n.f == n.r.top }
 
@@ -87,7 +84,7 @@ func (n *Node) OnForget() {
 	if n.forgot.Swap(true) {
 		return
 	}
-	n.r.dirs.forget(n)
+	n.r.dirs.Forget(&n.dir)
 	if n.forgettable() {
 		n.r.forget(n.f)
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/dirfds"
 	"github.com/safefs/safefs/internal/epoch"
 	"github.com/safefs/safefs/internal/estale"
 	"github.com/safefs/safefs/internal/limits"
@@ -68,7 +69,7 @@ type root struct {
 	changes epoch.Changes
 	files   *limits.Files
 	space   limits.Space // roomFor's last statfs
-	dirs    openDirs
+	dirs    dirfds.Cache
 	kept    *limits.Kept // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog   loglimit.Limit

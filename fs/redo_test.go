@@ -13,17 +13,6 @@ import (
 	"github.com/safefs/safefs/internal/redo"
 )
 
-// appendLine appends one small line through the mount: a redo record
-// with durability=full.
-func appendLine(t *testing.T, p, line string) {
-	t.Helper()
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	require.NoError(t, err)
-	_, err = f.WriteString(line)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-}
-
 // A small durable append's record carries its bytes and stays open until
 // its checkpoint, at most redo.Delay later, which syncs the file and ends
 // it; the unmount checkpoints too, so the journal closes empty.

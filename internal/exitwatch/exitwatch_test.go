@@ -1,6 +1,7 @@
 package exitwatch
 
 import (
+	"os"
 	"os/exec"
 	"runtime"
 	"sync/atomic"
@@ -32,13 +33,22 @@ func ended(t *testing.T, s *session, what string) {
 // A holder thread's exit ends its sessions, while its process lives on.
 func TestThreadExit(t *testing.T) {
 	w := newWatch(t)
-	tid, done := make(chan int32), make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread exits with the goroutine
-		tid <- int32(unix.Gettid())
-		<-done
-	}()
-	holder := <-tid
+	// A thread of its own, locked: it exits with its goroutine. Not the
+	// main thread, which the runtime never lets exit.
+	thread := func() (int32, chan struct{}) {
+		tid, done := make(chan int32), make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // not unlocked: the thread exits with the goroutine
+			tid <- int32(unix.Gettid())
+			<-done
+		}()
+		return <-tid, done
+	}
+	holder, done := thread()
+	for holder == int32(os.Getpid()) {
+		defer close(done)
+		holder, done = thread()
+	}
 	a, b := &session{}, &session{}
 	w.Add(holder, a)
 	w.Add(holder, b)

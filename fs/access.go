@@ -8,7 +8,27 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/acl"
+	"github.com/safefs/safefs/internal/proc"
 )
+
+// POSIX ACLs are enforced by the kernel (CAP_POSIX_ACL): it reads them
+// through getxattr. safefs's own part is to create entries as the
+// backing file system would for the caller, and to check an open the
+// kernel did not check (mayOpen).
+
+// createMode is the mode to create an entry with in directory dir, from
+// the caller's mode and umask (see splitUmask). As on a local file
+// system, a default ACL on the directory replaces the umask: the backing
+// file system applies it (the daemon's own umask is 0).
+func createMode(dir int, mode uint32) uint32 {
+	mode, umask := splitUmask(mode)
+	if umask == 0 || acl.HasDefault(dir) {
+		return mode
+	}
+	return mode &^ umask
+}
 
 // mayOpen checks that the caller may open the existing file fd (stat
 // st) with flags, as the kernel's may_open does: from its access ACL if
@@ -28,8 +48,8 @@ func mayOpen(ctx context.Context, fd int, st *unix.Stat_t, flags uint32) error {
 	if isWrite(flags) || flags&syscall.O_TRUNC != 0 {
 		want |= 2
 	}
-	if acl := accessACL(fd); acl != nil {
-		if !aclAllows(acl, st, c, uint16(want)) {
+	if a := acl.Access(fd); a != nil {
+		if !acl.Allows(a, st, c.Uid, func(gid uint32) bool { return inGroup(c, gid) }, uint16(want)) {
 			return syscall.EACCES
 		}
 		return nil
@@ -53,7 +73,7 @@ func inGroup(c *fuse.Caller, gid uint32) bool {
 	if c.Gid == gid {
 		return true
 	}
-	for _, g := range strings.Fields(procStatus(c.Pid&^noFh, "Groups")) {
+	for _, g := range strings.Fields(proc.Status(c.Pid&^noFh, "Groups")) {
 		if n, err := strconv.ParseUint(g, 10, 32); err == nil && uint32(n) == gid {
 			return true
 		}
@@ -71,6 +91,6 @@ func callerHasCap(ctx context.Context, bit uint) bool {
 	if !ok {
 		return false
 	}
-	eff, err := strconv.ParseUint(procStatus(c.Pid&^noFh, "CapEff"), 16, 64)
+	eff, err := strconv.ParseUint(proc.Status(c.Pid&^noFh, "CapEff"), 16, 64)
 	return err == nil && eff&(1<<bit) != 0
 }

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // A small pending append (a CGI script's log line) is kept in memory
@@ -66,9 +68,9 @@ func (h *handle) spill() error {
 	if len(h.buf) == 0 && !h.newFile {
 		return nil
 	}
-	take := h.n.r.pool.takeNameless
+	take := h.n.r.pool.TakeNameless
 	if h.newFile {
-		take = h.n.r.pool.take
+		take = h.n.r.pool.Take
 	}
 	f, nm, err := take()
 	if err != nil {
@@ -102,7 +104,7 @@ func (h *handle) spillNew() error {
 // statNew is statLocked for a new file's writer: the file it made, with
 // the size of what it wrote.
 func (h *handle) statNew() (unix.Stat_t, error) {
-	st, err := fstat(int(h.base.Fd()))
+	st, err := backing.Fstat(int(h.base.Fd()))
 	if err != nil {
 		return st, err
 	}
@@ -142,6 +144,6 @@ func (h *handle) newInPlace() bool {
 	if h.n.r.opts.Durable || f.ver() != h.baseVer || f.handleCount() > 1 {
 		return false
 	}
-	st, err := fstat(int(h.base.Fd()))
+	st, err := backing.Fstat(int(h.base.Fd()))
 	return err == nil && st.Size == 0
 }

@@ -11,44 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 )
-
-// mountForTest mounts a fresh BACKING with the default options, changed
-// by edits, and returns the server, BACKING and the mount point.
-func mountForTest(t *testing.T, edits ...func(*Options)) (*Server, string, string) {
-	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs /dev/fuse and root: %v", err)
-		}
-		t.Skip("needs /dev/fuse and root")
-	}
-	dir := t.TempDir()
-	backing, mnt := filepath.Join(dir, "b"), filepath.Join(dir, "m")
-	require.NoError(t, os.Mkdir(backing, 0o755))
-	require.NoError(t, os.Mkdir(mnt, 0o755))
-	o := DefaultOptions()
-	o.Log = zaptest.NewLogger(t)
-	// As testfs.OptionsFromEnv, which this package cannot import.
-	if os.Getenv("SAFEFS_TEST_CACHE") == "direct" {
-		o.VersionCache, o.Passthrough = false, false
-	}
-	if v := os.Getenv("SAFEFS_TEST_PASSTHROUGH"); v != "" {
-		o.Passthrough = v == "1" || v == "write"
-		o.PassthroughWrite = v == "write" && o.VersionCache
-	}
-	for _, e := range edits {
-		e(&o)
-	}
-	srv, err := Mount(backing, mnt, o)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if srv.Unmount() != nil { // a test that failed with a file open: no mount left behind
-			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	return srv, backing, mnt
-}
 
 // Small appends are held in memory until close; whatever needs them as a
 // file moves them to one first, and each view stays what it was.

@@ -8,6 +8,9 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/staging"
 )
 
 // Long-lived appenders (docs/appenders.md). A FastCGI script or a daemon
@@ -39,8 +42,6 @@ const (
 	// under f.inPlace, so that a reader through the mount sees all of it
 	// or none: a publish of lines never shows a line cut.
 	appendAtomicMax = 2 * appendPendMax
-	// lineScan is the most read at once looking back for a line's end.
-	lineScan = 64 << 10
 )
 
 // appendPub is a handle's publishing state, under h.mu.
@@ -180,7 +181,7 @@ func (h *handle) pendingSize() (int64, error) {
 	if h.stage == nil {
 		return int64(len(h.buf)), nil
 	}
-	st, err := fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.stage.Fd()))
 	return st.Size, err
 }
 
@@ -201,7 +202,7 @@ func (h *handle) linesEnd(look int64) (int64, error) {
 	if look > 0 {
 		from = max(from, size-look)
 	}
-	at, err := lastNewline(h.stage, from, size)
+	at, err := staging.LastNewline(h.stage, from, size)
 	switch {
 	case err != nil:
 		return 0, err
@@ -212,25 +213,6 @@ func (h *handle) linesEnd(look int64) (int64, error) {
 	}
 	h.pub.noNLOf, h.pub.noNL = h.stage, size
 	return 0, nil
-}
-
-// lastNewline returns the offset of the last newline in f between from
-// and to, -1 if none, reading back from to: a small read first, since
-// a line mostly ends at the very end.
-func lastNewline(f *os.File, from, to int64) (int64, error) {
-	chunk := int64(4 << 10)
-	for end := to; end > from; chunk = min(2*chunk, lineScan) {
-		start := max(from, end-chunk)
-		b := make([]byte, end-start)
-		if _, err := f.ReadAt(b, start); err != nil {
-			return -1, err
-		}
-		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-			return start + int64(i), nil
-		}
-		end = start
-	}
-	return -1, nil
 }
 
 // pendingTail is what follows an appender's last complete line while
@@ -271,15 +253,15 @@ func (h *handle) cutPending(n int64) (pendingTail, error) {
 			return pendingTail{}, err
 		}
 	} else {
-		take := r.pool.takeNameless
+		take := r.pool.TakeNameless
 		if r.clustered() {
-			take = r.pool.take // its recovery reads it by name
+			take = r.pool.Take // its recovery reads it by name
 		}
 		f, nm, err := take()
 		if err != nil {
 			return pendingTail{}, err
 		}
-		if err := copyRange(f, 0, h.stage, n, rest); err != nil {
+		if err := staging.CopyRange(f, 0, h.stage, n, rest); err != nil {
 			r.dropTemp(r.stagingfd, f, nm)
 			return pendingTail{}, err
 		}
@@ -304,7 +286,7 @@ func (h *handle) putBack(t pendingTail) error {
 	case t.f != nil:
 		err := h.copyUp(true) // spills the buffer, if any, first
 		if err == nil {
-			err = appendTo(h.stage, t.f)
+			err = staging.AppendTo(h.stage, t.f)
 		}
 		r.dropTemp(r.stagingfd, t.f, t.nm)
 		if err != nil {
@@ -314,7 +296,7 @@ func (h *handle) putBack(t pendingTail) error {
 		if err := h.copyUp(true); err != nil {
 			return err
 		}
-		st, err := fstat(int(h.stage.Fd()))
+		st, err := backing.Fstat(int(h.stage.Fd()))
 		if err != nil {
 			return err
 		}
@@ -341,7 +323,7 @@ func (h *handle) appendAgain() {
 // a busy lock.
 func (h *handle) publishLater(why error) error {
 	r := h.n.r
-	if ok, skipped := r.rejectLog.allow(); ok {
+	if ok, skipped := r.rejectLog.Allow(); ok {
 		r.log.Warn("appended lines not published yet: the file's lock was not taken; tried again",
 			zap.String("path", logPath(h.n.path())), zap.Error(lockErrno(why)), zap.Uint32("uid", h.uid),
 			zap.Int("not_logged_before", skipped))

@@ -5,6 +5,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // attrTTL is how long the kernel may keep a file's attributes while
@@ -64,7 +66,7 @@ func (h *handle) settle() {
 // (an append or an in-place commit wrote its inode). The caller holds
 // the file's commit lock.
 func (h *handle) baseIsCurrent() bool {
-	st, err := fstat(int(h.base.Fd()))
+	st, err := backing.Fstat(int(h.base.Fd()))
 	if err != nil {
 		return false
 	}
@@ -136,31 +138,6 @@ func (n *Node) permChanged() {
 	}
 }
 
-// changeEpoch is taken before a lookup stats a name; stable reports
-// whether no change of what a name leads to through the mount (a
-// commit, a rename, a removal: see changing) began since and none was
-// running then, so that the stat describes a committed version that
-// still has that name.
-type changeEpoch struct {
-	begun uint64
-	idle  bool
-}
-
-func (r *root) changeEpoch() changeEpoch {
-	b := r.changesBegun.Load()
-	return changeEpoch{b, r.changesEnded.Load() == b}
-}
-
-func (r *root) stable(e changeEpoch) bool {
-	return e.idle && r.changesBegun.Load() == e.begun
-}
-
-// changing marks a change of what a name leads to; done marks its end.
-func (r *root) changing() (done func()) {
-	r.changesBegun.Add(1)
-	return func() { r.changesEnded.Add(1) }
-}
-
 // The kernel keeps one size for the inode, which lseek(SEEK_END) and a
 // shared map's page faults use, and it stores there the size of every
 // reply that carries attributes; each reply describes its caller's
@@ -182,7 +159,7 @@ func (h *handle) noteSize() {
 		h.staged.Store(int64(len(h.buf)) + 1)
 	}
 	if h.stage != nil && !h.append {
-		if st, err := fstat(int(h.stage.Fd())); err == nil {
+		if st, err := backing.Fstat(int(h.stage.Fd())); err == nil {
 			h.staged.Store(st.Size + 1)
 		}
 	}

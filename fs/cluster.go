@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/lockmgr"
 )
 
@@ -87,7 +88,7 @@ func (n *Node) adopt(g lockmgr.Held) bool {
 	for _, o := range n.f.nameList() {
 		var st unix.Stat_t
 		err := o.withDir(func(dir int) (err error) {
-			st, err = statAt(dir, o.name)
+			st, err = backing.StatAt(dir, o.name)
 			return err
 		})
 		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {

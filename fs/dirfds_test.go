@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/dirfds"
 )
 
 // A directory whose place could not be checked because the daemon is out
@@ -58,13 +60,13 @@ func TestWriteDirOutOfDescriptors(t *testing.T) {
 	assert.True(t, said, "no warning says the daemon is out of descriptors: %v", logs.All())
 }
 
-// More directories than dirFdsKept in use one after another: the daemon
-// keeps at most dirFdsKept of their descriptors, and a directory whose
+// More directories than dirfds.Kept in use one after another: the daemon
+// keeps at most dirfds.Kept of their descriptors, and a directory whose
 // descriptor was closed is found again, also after a rename through the
 // mount, with the files written in it where they belong.
 func TestDirFdsReopened(t *testing.T) {
 	_, backing, mnt := mountForTest(t)
-	const dirs = dirFdsKept + 64
+	const dirs = dirfds.Kept + 64
 	for i := range dirs {
 		d := filepath.Join(mnt, fmt.Sprintf("d%03d", i))
 		require.NoError(t, os.Mkdir(d, 0o755))
@@ -79,7 +81,7 @@ func TestDirFdsReopened(t *testing.T) {
 		}
 	}
 	t.Logf("%d directories used, %d of their descriptors held", dirs, held)
-	assert.LessOrEqual(t, held, dirFdsKept, "descriptors of idle directories kept")
+	assert.LessOrEqual(t, held, dirfds.Kept, "descriptors of idle directories kept")
 
 	// d000 was used first: its descriptor was closed long ago.
 	require.NoError(t, os.Rename(filepath.Join(mnt, "d000"), filepath.Join(mnt, "e000")))

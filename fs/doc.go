@@ -5,8 +5,9 @@
 // # Objects
 //
 //   - root (root.go) is one mount: the backing directory's descriptor,
-//     the internal directory BACKING/.safefs, the tables below, the
-//     commit lock manager, the journal and the script-lock book.
+//     the internal directory BACKING/.safefs (internaldir.go), the
+//     tables below, the commit lock manager, the journal and the
+//     script-lock book.
 //   - file (file.go) is a logical file: what a path names across
 //     commits. It keeps one inode number for its whole life, while each
 //     commit gives it a new backing inode, its committed version
@@ -18,7 +19,7 @@
 //     each with a role: a reader node serves one version from the page
 //     cache for its whole life, a direct node serves writers and readers
 //     of other versions with direct I/O (roles*.go).
-//   - handle (handle.go) is one open file. A reader reads the version it
+//   - handle (handle*.go) is one open file. A reader reads the version it
 //     opened (base). A writer reads the latest committed version until
 //     its first write, then works on a private pending version: a
 //     staging file (stage), or bytes in memory for small appends and a
@@ -27,28 +28,56 @@
 // # Requests
 //
 // Lookups and directory operations are Node methods (node.go,
-// node_dir.go); Open and Create are in node_open.go; Read, Write, Flush,
-// Fsync and Release are handle methods (handle.go). A commit (commit.go)
-// runs in Flush (close), Fsync, at the release of a script lock
-// (unlock.go), and in Release when nothing else committed. It takes the
-// file's commit lock, checks under it that a name still leads to the
-// committed version, and publishes the pending version as one of:
+// node_dir.go); Open and Create are in node_open.go; Read and Lseek
+// (handle_read.go), Write, ftruncate and fallocate (handle_write.go),
+// Flush, Fsync and Release (handle_close.go) are handle methods. A
+// commit (commit.go) runs in Flush (close), Fsync, at the release of a
+// script lock (unlock.go), and in Release when nothing else committed.
+// It takes the file's commit lock, checks under it that a name still
+// leads to the committed version, and publishes the pending version as
+// one of:
 //
-//   - replace: the staging file renamed over the name (one link);
+//   - replace: the staging file renamed over the name (one link,
+//     commit_replace.go);
 //   - append: the pending bytes written at the end of the file in place,
-//     after a journal record, without copying the file;
-//   - in place: a hard-linked file rewritten after its old bytes were
-//     saved to undo/ (the links stay one file).
+//     after a journal record, without copying the file
+//     (commit_append.go);
+//   - in place: a hard-linked or raw file rewritten after its old bytes
+//     were saved to undo/ (the links stay one file, commit_inplace.go).
 //
-// Script locks (flock, fcntl, OFD) are decided in the daemon (locks.go)
+// A commit that cannot be made keeps its bytes in rejected/
+// (commit_reject.go). Files that keep their own consistency (SQLite)
+// are served raw, in place, without versions (rawfile*.go).
+//
+// Script locks (flock, fcntl, OFD) are decided in the daemon (locks*.go)
 // by a scriptlock.Locker, keyed by the logical file, or by path across
 // hosts. Releasing one publishes the releasing process's pending writes
 // first; a grant moves a daemon-served reader to the latest version.
 //
-// Every backing call goes through backing.go: *at calls on directory
-// descriptors with one validated name, openat2 beneath BACKING without
-// symlinks. Requests act on a descriptor checked to be the caller's
-// file (self.go), never on a name. errno is made in one place (errno.go).
+// Requests act on a descriptor checked to be the caller's file
+// (self.go), never on a name. errno is made in one place (errno.go).
+//
+// # Below fs
+//
+// What needs no FUSE type lives in small packages under internal/, each
+// with its own tests:
+//
+//   - backing: every system call on BACKING (*at calls on directory
+//     descriptors with one validated name, openat2 beneath BACKING
+//     without symlinks, lease-aware reopens, recovery targets); dirfds:
+//     the bounded cache of directory descriptors; owndir: the checks
+//     that the internal directory is the daemon's own; staging: staging
+//     files, their copies and the pool made ahead; xattr and acl.
+//   - proc: what /proc tells of a caller (a killed writer, a thread's
+//     process, descendants, descriptors held, command lines, leases);
+//     exitwatch: sessions ended at their holder's exit.
+//   - mountinfo, mountroot, fuseconn, mountwatch, fuseprocs: the mount
+//     table, the swap of the mount's root, the FUSE connection seen from
+//     outside, the unmount watcher, processors for go-fuse's readers.
+//   - lockbook, redo, limits, loglimit, estale, epoch, recent, magic,
+//     caps: the script-lock record, the redo queue, per-user bounds, log
+//     rate limits, ESTALE retries, lookup epochs, pairs seen locking,
+//     file headers, a thread's capabilities.
 //
 // docs/design.md explains each choice; docs/threat-model.md what it
 // defends against.

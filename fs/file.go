@@ -10,6 +10,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -27,7 +28,7 @@ type file struct {
 	// lockedOnce: a script lock was asked for on it through the mount
 	// (then its readers' closes come to the daemon: noFlush).
 	lockedOnce atomic.Bool
-	// raw: served in place, without staging (raw.go); rw: its state.
+	// raw: served in place, without staging (rawfile.go); rw: its state.
 	raw atomic.Bool
 	// gen tells this file's kernel inode from another's with the same
 	// number (see ids.newLocked).
@@ -170,7 +171,7 @@ func (f *file) openGhost(flags int) (*os.File, error) {
 	if f.ghost < 0 {
 		return nil, syscall.ENOENT
 	}
-	fd, err := reopenFd(f.ghost, flags)
+	fd, err := backing.ReopenFd(f.ghost, flags)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +184,7 @@ func (f *file) statGhost() (unix.Stat_t, error) {
 	if f.ghost < 0 {
 		return unix.Stat_t{}, syscall.ENOENT
 	}
-	return fstat(f.ghost)
+	return backing.Fstat(f.ghost)
 }
 
 func (f *file) dropGhost() { f.keepGhost(-1) }
@@ -281,7 +282,7 @@ func (f *file) named(dir *Node, nm string, k key) bool {
 func (o name) leadsTo(k key) bool {
 	var st unix.Stat_t
 	err := o.withDir(func(fd int) (err error) {
-		st, err = statAt(fd, o.name)
+		st, err = backing.StatAt(fd, o.name)
 		return err
 	})
 	return err == nil && keyOf(&st) == k

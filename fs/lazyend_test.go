@@ -30,10 +30,10 @@ func TestLazyEndSyncedBeforeRename(t *testing.T) {
 			p := filepath.Join(mnt, fmt.Sprintf("log%d-%v", i, redo))
 			require.NoError(t, os.WriteFile(p, []byte("first\n"), 0o644))
 			appendLine(t, p, line)
-			require.Equal(t, redo, r.redo.pending(), "%s: a small append waits for its checkpoint", name)
+			require.Equal(t, redo, r.redo.Len() > 0, "%s: a small append waits for its checkpoint", name)
 			require.Equal(t, !redo, r.jr.EndsPending(), "%s: the append's end line was synced at its commit", name)
 			require.NoError(t, change(p))
-			require.False(t, r.redo.pending(), "%s: the path changed with the append's bytes not durable", name)
+			require.False(t, r.redo.Len() > 0, "%s: the path changed with the append's bytes not durable", name)
 			require.False(t, r.jr.EndsPending(), "%s: the path changed with the append's end line not durable", name)
 		}
 	}

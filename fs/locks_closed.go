@@ -18,39 +18,11 @@ import (
 // it fails after that wait as it would have at once.
 const closedLockWait = 200 * time.Millisecond
 
-// closedHolders reports whether f has flock owners other than o, all of
-// them closed (closedLocked).
-func (b *lockBook) closedHolders(f *file, o lockOwner) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	fl := b.files[f]
-	if fl == nil {
-		return false
-	}
-	some := false
-	for w := range fl.owners {
-		if w.flock && w.id != o.id {
-			if !b.closedLocked(w.id) {
-				return false
-			}
-			some = true
-		}
-	}
-	return some
-}
-
-// closedLocked reports whether flock owner id's handles are all closed
-// since their last use (flushed), or their close is not told to the
-// daemon (noFlush), or none is left (being released: no longer numbered,
-// dropFlock) (b.mu held).
-func (b *lockBook) closedLocked(id uint64) bool {
-	for h, hid := range b.flocks {
-		if hid == id && !h.flushed.Load() && !h.noFlush.Load() {
-			return false
-		}
-	}
-	return true
-}
+// ClosedSinceUse reports whether h was closed since its last use
+// (flushed), or its close is not told to the daemon (noFlush): its flock
+// lock, if no other handle holds it, ends with its RELEASE
+// (lockbook.Handle).
+func (h *handle) ClosedSinceUse() bool { return h.flushed.Load() || h.noFlush.Load() }
 
 // awaitRelease is a non-blocking flock request r retried as a wait of at
 // most closedLockWait; a wait that ends without the lock (its time up,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,20 +33,6 @@ func TestFlockNonBlockingAfterClose(t *testing.T) {
 	if srv.r.opts.ScriptLocks != nil {
 		require.Positive(t, released.Load(), "no flock release reached the stop point")
 	}
-}
-
-// holdAt holds each request that reaches point 20 ms, and counts them.
-func holdAt(t *testing.T, srv *Server, point string) *atomic.Int64 {
-	var n atomic.Int64
-	at := func(p string) {
-		if p == point {
-			n.Add(1)
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	srv.r.atPoint.Store(&at)
-	t.Cleanup(func() { srv.r.atPoint.Store(nil) })
-	return &n
 }
 
 // flockAfterClose locks through a descriptor opened with mode and
@@ -122,4 +107,16 @@ func (unreachable) Get(context.Context, scriptlock.Request) (scriptlock.Held, bo
 
 func (unreachable) Set(context.Context, scriptlock.Request, bool) (bool, error) {
 	return false, scriptlock.ErrUnavailable
+}
+
+// A handle is closed since its use once flushed, or if its closes are
+// never sent (noFlush); a use (a read, a write) opens it again.
+func TestHandleClosedSinceUse(t *testing.T) {
+	h := &handle{}
+	require.False(t, h.ClosedSinceUse())
+	h.flushed.Store(true)
+	require.True(t, h.ClosedSinceUse())
+	h.flushed.Store(false)
+	h.noFlush.Store(true)
+	require.True(t, h.ClosedSinceUse())
 }

@@ -78,7 +78,7 @@ func TestLookupRacingCommit(t *testing.T) {
 	}
 	srv.r.atPoint.Store(&at)
 	top := srv.r.newNode(srv.r.top)
-	st, f, err := top.lookupFile(srv.r.rootfd, "data", srv.r.changeEpoch())
+	st, f, err := top.lookupFile(srv.r.rootfd, "data", srv.r.changes.Now())
 	srv.r.atPoint.Store(nil)
 	require.NoError(t, err)
 	require.True(t, fired.Load())

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +13,14 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/fuseprocs"
+	"github.com/safefs/safefs/internal/limits"
+	"github.com/safefs/safefs/internal/mountinfo"
+	"github.com/safefs/safefs/internal/mountroot"
+	"github.com/safefs/safefs/internal/mountwatch"
+	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/scriptlock"
 )
@@ -34,7 +41,7 @@ type Server struct {
 	r      *root
 	unlock func()
 	once   sync.Once
-	watch  *mountWatch // an unmount from outside (mountwatch.go)
+	watch  *mountwatch.Watch // an unmount from outside (mountwatch.go)
 }
 
 // state is what Mount and Recover open in BACKING before anything else.
@@ -104,7 +111,7 @@ func Recover(backing string, o Options) (journal.Summary, error) {
 // the cluster locks of the files its records name.
 func (r *root) recover() (journal.Summary, error) {
 	if !r.clustered() {
-		sum, err := journal.Recover(r.internal, targets{r.rootfd}, r.log)
+		sum, err := journal.Recover(r.internal, backing.Targets{Root: r.rootfd}, r.log)
 		if err != nil || !r.hasNodes() {
 			return sum, err
 		}
@@ -115,7 +122,7 @@ func (r *root) recover() (journal.Summary, error) {
 		return sum, err
 	}
 	r.locks = r.newLocks()
-	t := &clusterTargets{targets: targets{r.rootfd}, r: r}
+	t := &clusterTargets{Targets: backing.Targets{Root: r.rootfd}, r: r}
 	defer t.release()
 	return journal.Recover(r.internal, t, r.log)
 }
@@ -150,7 +157,7 @@ func Mount(backing, mountpoint string, o Options) (*Server, error) {
 	return srv, nil
 }
 
-func (s *state) mount(backing, mountpoint string) (*Server, error) {
+func (s *state) mount(backingDir, mountpoint string) (*Server, error) {
 	r := s.r
 	sum, err := r.recover()
 	if err != nil {
@@ -158,7 +165,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	}
 	r.obsRecovered(sum)
 	r.loadKept()
-	r.files = newFileSlots(r.opts.MaxFilesPerUser)
+	r.files = limits.NewFiles(r.opts.MaxFilesPerUser)
 	if r.jr, err = journal.Open(r.internal, r.opts.Durable, r.log); err != nil {
 		return nil, err
 	}
@@ -167,7 +174,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		r.jr.Close()
 		return nil, err
 	}
-	st, err := fstat(r.rootfd)
+	st, err := backing.Fstat(r.rootfd)
 	if err != nil {
 		return nil, err
 	}
@@ -182,10 +189,10 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 	if real, err := filepath.EvalSymlinks(r.mountpoint); err == nil {
 		r.mountpoint = real
 	}
-	r.pool = newStagingPool(r.stagingfd, r.opts.StagingPool, r.log)
-	srv, err := r.serve(mountpoint, backing)
+	r.pool = staging.NewPool(r.stagingfd, r.opts.StagingPool, r.log)
+	srv, err := r.serve(mountpoint, backingDir)
 	if err != nil {
-		r.pool.close()
+		r.pool.Close()
 		r.jr.Close()
 		return nil, err
 	}
@@ -194,7 +201,7 @@ func (s *state) mount(backing, mountpoint string) (*Server, error) {
 		// Serving would break a promise silently: the operator decides.
 		_ = srv.Unmount()
 		srv.Wait()
-		r.pool.close()
+		r.pool.Close()
 		r.jr.Close()
 		return nil, ErrKillCheck
 	}
@@ -216,7 +223,7 @@ func (r *root) serve(mountpoint, backing string) (*fuse.Server, error) {
 			r.log.Warn("the mount's root is the kernel's: its ACL is asked for at each path walk", zap.Error(err))
 			endServe(srv, err)
 		}
-		if !errors.Is(err, errSwap) {
+		if !errors.Is(err, mountroot.ErrSwap) {
 			return nil, err
 		}
 	}
@@ -230,7 +237,7 @@ func (r *root) serve(mountpoint, backing string) (*fuse.Server, error) {
 // endServe ends a mount whose root could not be swapped: still mounted
 // unless the swap got as far as detaching it.
 func endServe(srv *fuse.Server, err error) {
-	if !errors.Is(err, errSwapDetached) {
+	if !errors.Is(err, mountroot.ErrSwapDetached) {
 		_ = srv.Unmount()
 	}
 	srv.Wait()
@@ -252,7 +259,7 @@ func (r *root) serveTree(mountpoint, backing string, hidden bool) (*fuse.Server,
 		return nil, err
 	}
 	r.pt.srv.Store(srv)
-	spareProcs()
+	fuseprocs.Spare()
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()
@@ -263,14 +270,26 @@ func (r *root) serveTree(mountpoint, backing string, hidden bool) (*fuse.Server,
 
 // served finishes a mount whose root is in place.
 func (r *root) served(srv *fuse.Server) *fuse.Server {
-	closeOnExec()
+	// go-fuse opens /dev/fuse without O_CLOEXEC: a process the daemon
+	// starts (the kill-check self-test, or the program embedding fs)
+	// would otherwise hold the connection, keep the mount alive after
+	// the daemon dies, and could read and answer its requests.
+	proc.CloseOnExec("/dev/fuse")
 	r.writesUncache.Store(srv.KernelSettings().Minor >= 35)
 	r.noteMountID()
 	r.noteConnection()
 	return srv
 }
 
-// noteMountID finds the mount's ID for holdsOpen; without it a close
+// SafefsMount finds the safefs mount at mountpoint in
+// /proc/self/mountinfo: its mount ID and its source (BACKING).
+func SafefsMount(mountpoint string) (id int, source string, found bool) {
+	return mountinfo.Find(mountpoint, "fuse."+mountName)
+}
+
+func (r *root) mountID() int { return int(r.mntID.Load()) }
+
+// noteMountID finds the mount's ID for proc.HoldsOpen; without it a close
 // never counts as one of several descriptors the process holds.
 func (r *root) noteMountID() {
 	id, _, _ := SafefsMount(r.mountpoint)
@@ -279,24 +298,6 @@ func (r *root) noteMountID() {
 			zap.String("mountpoint", r.mountpoint))
 	}
 	r.mntID.Store(int64(id))
-}
-
-// closeOnExec marks the daemon's /dev/fuse descriptors close-on-exec.
-// go-fuse opens it without O_CLOEXEC: a process the daemon starts (the
-// kill-check self-test, or the program embedding fs) would otherwise
-// hold the connection, keep the mount alive after the daemon dies, and
-// could read and answer its requests.
-func closeOnExec() {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if l, lerr := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && lerr == nil && l == "/dev/fuse" {
-			unix.CloseOnExec(fd)
-		}
-	}
 }
 
 // mountName is the file system type's second part: fuse.safefs.
@@ -379,8 +380,8 @@ func (s *Server) release() {
 			f.dropGhost()
 			f.dropReaderFds()
 		}
-		r.dirs.closeAll()
-		r.pool.close()
+		r.dirs.CloseAll()
+		r.pool.Close()
 		r.rmwStop()
 		r.logStats()
 		r.checkpoint() // so that the journal closes empty

@@ -2,14 +2,14 @@ package fs
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/mountroot"
 )
 
 // The kernel makes a FUSE mount's root inode before the daemon's INIT
@@ -55,49 +55,21 @@ func (h *hiddenRoot) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.
 
 // canSwapRoot reports whether the mount's root can be swapped for a bind
 // mount of the top: a daemon with CAP_SYS_ADMIN on Linux 5.2+ (the new
-// mount API). The probe is a detached copy of the mount point's own
-// mount, dropped at once.
+// mount API).
 func canSwapRoot(mountpoint string) bool {
 	if os.Geteuid() != 0 || noSwapRoot {
 		return false
 	}
-	fd, err := unix.OpenTree(unix.AT_FDCWD, mountpoint, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return false
-	}
-	unix.Close(fd)
-	return true
+	return mountroot.CanSwap(mountpoint)
 }
 
 // noSwapRoot keeps the kernel's root inode as the top (tests of the
 // fallback).
 var noSwapRoot = false
 
-// errSwap: the FUSE mount is up but its root could not be swapped;
-// errSwapDetached: nor is it mounted any more.
-var (
-	errSwap         = errors.New("cannot swap the mount's root")
-	errSwapDetached = fmt.Errorf("%w after detaching it", errSwap)
-)
-
 // swapRoot is swapMount; tests make it fail.
 var swapRoot = swapMount
 
 // swapMount replaces the FUSE mount on mountpoint by a bind mount of its
-// entry topName. The bind keeps the connection: the mount it came from
-// is detached, and an unmount of mountpoint ends both.
-func swapMount(mountpoint string) error {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, mountpoint+"/"+topName, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("%w: open_tree: %v", errSwap, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Unmount(mountpoint, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("%w: detach: %v", errSwap, err)
-	}
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, mountpoint, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		// Closing fd drops the last mount: the connection ends.
-		return fmt.Errorf("%w: move_mount: %v", errSwapDetached, err)
-	}
-	return nil
-}
+// entry topName.
+func swapMount(mountpoint string) error { return mountroot.Swap(mountpoint, topName) }

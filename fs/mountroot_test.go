@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/mountinfo"
+	"github.com/safefs/safefs/internal/mountroot"
 )
 
 // aclProbe mounts with the FUSE request trace in an observed log, and
@@ -21,14 +22,6 @@ type aclProbe struct {
 	t    *testing.T
 	logs *observer.ObservedLogs
 	mnt  string
-}
-
-// mountTraced is mountForTest with the FUSE request trace in logs.
-func mountTraced(t *testing.T, edits ...func(*Options)) (*Server, string, string, *observer.ObservedLogs) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	edits = append(edits, func(o *Options) { o.Log, o.Debug = zap.New(core), true })
-	srv, backing, mnt := mountForTest(t, edits...)
-	return srv, backing, mnt, logs
 }
 
 func newACLProbe(t *testing.T) *aclProbe {
@@ -67,40 +60,13 @@ func (p *aclProbe) topID() string {
 	return "n1"
 }
 
-// fuseTrace is the FUSE request trace in logs (mountTraced), in order.
-func fuseTrace(logs *observer.ObservedLogs) []string {
-	var msgs []string
-	for _, e := range logs.FilterLoggerName("fuse").All() {
-		msgs = append(msgs, e.Message)
-	}
-	return msgs
-}
-
-// replyNode finds the first request in msgs that is(request) holds for,
-// and returns the node its reply names ("n5") and the reply's index in
-// msgs; "" and -1 when there is none.
-func replyNode(t *testing.T, msgs []string, is func(string) bool) (string, int) {
-	seq := ""
-	for i, m := range msgs {
-		switch {
-		case seq == "" && strings.HasPrefix(m, "rx ") && is(m):
-			seq = strings.Fields(strings.TrimPrefix(m, "rx "))[0] // "26:"
-		case seq != "" && strings.HasPrefix(m, "tx "+seq+" "):
-			j := strings.Index(m, "{n")
-			require.Positive(t, j, "%s", m)
-			return strings.Fields(m[j+1:])[0], i
-		}
-	}
-	return "", -1
-}
-
 // rootField is the mount's root as /proc/self/mountinfo shows it.
 func (p *aclProbe) rootField() string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mountinfo.Read(mountinfo.Self)
 	require.NoError(p.t, err)
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == p.mnt {
-			return f[3]
+	for _, m := range ms {
+		if m.Point == p.mnt {
+			return m.Root
 		}
 	}
 	p.t.Fatalf("%s is not in the mount table", p.mnt)
@@ -139,11 +105,11 @@ func TestMountRootKept(t *testing.T) {
 				if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
 					return err
 				}
-				return errSwapDetached
+				return mountroot.ErrSwapDetached
 			}
 		}},
 		{"swap_fails", func() {
-			swapRoot = func(string) error { return errSwap }
+			swapRoot = func(string) error { return mountroot.ErrSwap }
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,12 +1,12 @@
 package fs
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/fuseconn"
+	"github.com/safefs/safefs/internal/mountwatch"
 )
 
 // An unmount from outside (umount, the stop of an fstab mount unit)
@@ -23,55 +23,22 @@ import (
 // watchEvery is how often the watcher looks.
 const watchEvery = time.Second
 
-// mountWatch is the watcher of one mount.
-type mountWatch struct {
-	stop chan struct{} // closed by release
-	done chan struct{} // closed when the watcher returns
-}
-
 // watchMount starts the watcher (Mount); release stops it.
 func (s *Server) watchMount() {
-	s.watch = &mountWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go s.watchLoop()
-}
-
-func (s *Server) watchLoop() {
-	w := s.watch
-	defer close(w.done)
-	tick := time.NewTicker(watchEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-		case <-w.stop:
-			return
-		}
-		if !s.heldOnlyElsewhere() {
-			continue
-		}
-		select {
-		case <-time.After(heldElsewhere):
-		case <-w.stop:
-			return
-		}
-		if s.heldOnlyElsewhere() {
-			s.endConnection()
-		}
-	}
+	s.watch = mountwatch.Start(watchEvery, heldElsewhere, s.heldOnlyElsewhere, s.endConnection)
 }
 
 // stopWatch stops the watcher and waits for it (release).
 func (s *Server) stopWatch() {
 	if w := s.watch; w != nil {
-		close(w.stop)
-		<-w.done
+		w.Stop()
 	}
 }
 
 // heldOnlyElsewhere reports whether the mount is gone from this mount
 // namespace while another one has it mounted.
 func (s *Server) heldOnlyElsewhere() bool {
-	return !s.mountIDHere() && !s.mountedHere() && mountedElsewhere(s.r.conn)
+	return !s.mountIDHere() && !s.mountedHere() && fuseconn.MountedElsewhere(s.r.conn)
 }
 
 // mountIDHere reports whether the mount point leads to this mount, by
@@ -81,42 +48,4 @@ func (s *Server) mountIDHere() bool {
 	var st unix.Statx_t
 	err := unix.Statx(unix.AT_FDCWD, s.r.mountpoint, unix.AT_STATX_DONT_SYNC|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &st)
 	return err == nil && st.Mask&unix.STATX_MNT_ID != 0 && int64(st.Mnt_id) == s.r.mntID.Load()
-}
-
-// mountedElsewhere reports whether a mount namespace other than this
-// process's has FUSE connection conn's file system mounted (mountinfo's
-// device 0:conn).
-func mountedElsewhere(conn uint32) bool {
-	if conn == 0 {
-		return false
-	}
-	dev := "0:" + strconv.FormatUint(uint64(conn), 10)
-	self, _ := os.Readlink("/proc/self/ns/mnt")
-	seen := map[string]bool{self: true}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		ns, err := os.Readlink("/proc/" + e.Name() + "/ns/mnt")
-		if err != nil || seen[ns] {
-			continue
-		}
-		seen[ns] = true
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/mountinfo"); err == nil && mountsDevice(string(b), dev) {
-			return true
-		}
-	}
-	return false
-}
-
-// mountsDevice reports whether mountinfo text lists a mount of device dev.
-func mountsDevice(mountinfo, dev string) bool {
-	for _, line := range strings.Split(mountinfo, "\n") {
-		// ID PARENT MAJ:MIN ...
-		if f := strings.Fields(line); len(f) > 2 && f[2] == dev {
-			return true
-		}
-	}
-	return false
 }

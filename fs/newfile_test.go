@@ -177,10 +177,3 @@ func inoOf(t *testing.T, backing, nm string) uint64 {
 	require.NoError(t, syscall.Stat(filepath.Join(backing, nm), &st))
 	return st.Ino
 }
-
-func requireContent(t *testing.T, backing, nm string, want []byte) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(backing, nm))
-	require.NoError(t, err)
-	require.Equal(t, string(want), string(b))
-}

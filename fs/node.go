@@ -10,6 +10,9 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/dirfds"
+	"github.com/safefs/safefs/internal/epoch"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -21,20 +24,16 @@ type Node struct {
 	r *root
 	f *file
 
-	// Directories: the O_PATH fd (-1 when closed), the requests using
-	// it, whether the kernel forgot the node, and its place among the
-	// idle fds; all under r.dirs.mu (dirfds.go).
-	dirfd            int
-	dirUse           int
-	dirGone, dirIdle bool
-	dirPrev, dirNext *Node
+	// dir: a directory's O_PATH fd and its place among the idle fds
+	// (dirfds.go).
+	dir dirfds.Entry
 
 	rl nodeRoles // its role (roles.go), under f.mu
 
 	forgot atomic.Bool // OnForget ran: once, from go-fuse or candidates.settle
 }
 
-func (r *root) newNode(f *file) *Node { return &Node{r: r, f: f, dirfd: -1} }
+func (r *root) newNode(f *file) *Node { return &Node{r: r, f: f, dir: dirfds.NewEntry()} }
 
 func (n *Node) isRoot() bool { return n.f == n.r.top }
 
@@ -85,7 +84,7 @@ func (n *Node) OnForget() {
 	if n.forgot.Swap(true) {
 		return
 	}
-	n.r.dirs.forget(n)
+	n.r.dirs.Forget(&n.dir)
 	if n.forgettable() {
 		n.r.forget(n.f)
 	}
@@ -96,7 +95,7 @@ func (n *Node) stat() (unix.Stat_t, error) {
 	if n.isDir() {
 		var st unix.Stat_t
 		err := n.withDir(func(fd int) (err error) {
-			st, err = fstat(fd)
+			st, err = backing.Fstat(fd)
 			return err
 		})
 		return st, err
@@ -142,7 +141,7 @@ func (n *Node) statName(leads func(name, *unix.Stat_t) bool) (named, bool) {
 	for _, o := range n.f.nameList() {
 		var st unix.Stat_t
 		err := o.withDir(func(dir int) (err error) {
-			st, err = statAt(dir, o.name)
+			st, err = backing.StatAt(dir, o.name)
 			return err
 		})
 		if err == nil && leads(o, &st) {
@@ -207,12 +206,12 @@ func (n *Node) tryName(o name, chain []*Node) (named, bool, error) {
 	if err != nil {
 		return noName, false, err
 	}
-	fd, err := openAt(dir, o.name, unix.O_PATH, 0)
+	fd, err := backing.OpenAt(dir, o.name, unix.O_PATH, 0)
 	if err != nil {
 		o.dir.dropDir()
 		return noName, false, err
 	}
-	st, err := fstat(fd)
+	st, err := backing.Fstat(fd)
 	if err == nil && n.r.ids.owns(n.f, keyOf(&st)) {
 		return named{fd: fd, in: o.dir, dir: dir, nm: o.name, st: st}, true, nil
 	}
@@ -273,7 +272,7 @@ func (n *Node) nodeFor(ctx context.Context, f *file, st *unix.Stat_t, out *fuse.
 // ESTALE; renamed over, it has nowhere to go, as on a local file system).
 // Nothing needs checking again when no change of names ran meanwhile
 // (e, taken before the stat): one stat per lookup, as on a plain mount.
-func (n *Node) lookupFile(dir int, nm string, e changeEpoch) (st unix.Stat_t, f *file, err error) {
+func (n *Node) lookupFile(dir int, nm string, e epoch.Epoch) (st unix.Stat_t, f *file, err error) {
 	for range staleTries {
 		if st, err = n.statEntry(dir, nm, e); err != nil {
 			return st, nil, err
@@ -290,13 +289,13 @@ func (n *Node) lookupFile(dir int, nm string, e changeEpoch) (st unix.Stat_t, f 
 
 // unchanged reports whether no change of names through the mount began
 // since e. Another daemon of a cluster changes names unseen.
-func (n *Node) unchanged(e changeEpoch) bool {
-	return !n.r.clustered() && n.r.stable(e)
+func (n *Node) unchanged(e epoch.Epoch) bool {
+	return !n.r.clustered() && n.r.changes.Stable(e)
 }
 
 // leadsTo reports whether dir/nm leads to f's version.
 func (n *Node) leadsTo(dir int, nm string, f *file) bool {
-	st, err := statAt(dir, nm)
+	st, err := backing.StatAt(dir, nm)
 	return err == nil && n.r.ids.owns(f, keyOf(&st))
 }
 
@@ -317,13 +316,13 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 		return nil, n.errno(err)
 	}
 	defer drop()
-	e := n.r.changeEpoch()
+	e := n.r.changes.Now()
 	st, f, err := n.lookupFile(dir, nm, e)
 	if err != nil {
 		return nil, n.errno(err)
 	}
 	in := n.nodeFor(ctx, f, &st, out)
-	stable := n.r.stable(e)
+	stable := n.r.changes.Stable(e)
 	versionEntry(in, out, stable)
 	f.keepSize(out.Size)
 	if stable {
@@ -336,14 +335,14 @@ func (n *Node) Lookup(ctx context.Context, nm string, out *fuse.EntryOut) (*gofs
 // may be the old version a commit has just renamed over (stat'ed before
 // the rename, looked up after): only if the name still leads to it is it
 // a new file. When no change of names began since e, it is.
-func (n *Node) statEntry(dir int, nm string, e changeEpoch) (st unix.Stat_t, err error) {
+func (n *Node) statEntry(dir int, nm string, e epoch.Epoch) (st unix.Stat_t, err error) {
 	for range staleTries {
-		st, err = statAt(dir, nm)
+		st, err = backing.StatAt(dir, nm)
 		n.r.crash("lookup-stat") // a stop point for tests only
 		if err != nil || n.r.ids.known(keyOf(&st)) || n.unchanged(e) {
 			return st, err
 		}
-		again, err := statAt(dir, nm)
+		again, err := backing.StatAt(dir, nm)
 		if err != nil || keyOf(&again) == keyOf(&st) {
 			return st, err
 		}
@@ -409,7 +408,7 @@ func (n *Node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) sysc
 	if !n.isDir() {
 		return syscall.EBADF
 	}
-	return n.errno(n.withDir(fsyncDir))
+	return n.errno(n.withDir(backing.FsyncDir))
 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
@@ -427,7 +426,7 @@ func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	var s string
 	err := n.withSelf(func(fd int) (err error) {
-		s, err = readlinkFd(fd)
+		s, err = backing.ReadlinkFd(fd)
 		return err
 	})
 	if err != nil {

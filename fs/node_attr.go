@@ -8,6 +8,10 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/acl"
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/xattr"
 )
 
 func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -19,7 +23,7 @@ func (n *Node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	if hasMeta(in) {
 		err := n.locked(func() error {
-			return n.withSelf(func(fd int) error { return setMeta(procPath(fd), in) })
+			return n.withSelf(func(fd int) error { return setMeta(backing.ProcPath(fd), in) })
 		})
 		if err != nil {
 			return n.errno(err)
@@ -103,7 +107,7 @@ func (h *handle) setMeta(in *fuse.SetAttrIn) error {
 	if h.stage == nil || h.append {
 		return nil
 	}
-	return setTimes(procPath(int(h.stage.Fd())), in)
+	return setTimes(backing.ProcPath(int(h.stage.Fd())), in)
 }
 
 // truncate is ftruncate on a write handle (pending until close), or
@@ -132,7 +136,7 @@ func (n *Node) truncate(ctx context.Context, h *handle, size uint64) error {
 			return t.truncateCommit(size)
 		}
 	}
-	n.r.files.give(callerUID(ctx))
+	n.r.files.Give(callerUID(ctx))
 	return err
 }
 
@@ -149,7 +153,7 @@ func (t *handle) truncateCommit(size uint64) error {
 func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	var sz int
 	err := n.withSelf(func(fd int) (err error) {
-		sz, err = unix.Getxattr(procPath(fd), attr, dest)
+		sz, err = unix.Getxattr(backing.ProcPath(fd), attr, dest)
 		return err
 	})
 	return uint32(max(sz, 0)), n.errno(err)
@@ -161,7 +165,7 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	var names []string
 	err := n.withSelf(func(fd int) (err error) {
-		names, err = listXattr(procPath(fd))
+		names, err = xattr.List(backing.ProcPath(fd))
 		return err
 	})
 	if err != nil {
@@ -189,7 +193,7 @@ func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	}
 	err := n.locked(func() error {
 		return n.withSelf(func(fd int) error {
-			return unix.Setxattr(procPath(fd), attr, data, int(flags))
+			return unix.Setxattr(backing.ProcPath(fd), attr, data, int(flags))
 		})
 	})
 	n.xattrChanged(attr, err)
@@ -199,7 +203,7 @@ func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	err := n.locked(func() error {
 		return n.withSelf(func(fd int) error {
-			return unix.Removexattr(procPath(fd), attr)
+			return unix.Removexattr(backing.ProcPath(fd), attr)
 		})
 	})
 	n.xattrChanged(attr, err)
@@ -210,7 +214,7 @@ func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // result): an access ACL, which may also have changed the mode, is a
 // change of permissions.
 func (n *Node) xattrChanged(attr string, err error) {
-	if err == nil && attr == aclAccess {
+	if err == nil && attr == acl.AccessXattr {
 		n.permChanged()
 	}
 }

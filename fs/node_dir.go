@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/lockmgr"
 )
 
@@ -49,12 +50,12 @@ func (n *Node) newEntry(ctx context.Context, nm string, size int, out *fuse.Entr
 // finds there must look like what the daemon just made (its own, one
 // link), else it was swapped directly in BACKING and is left alone.
 func (n *Node) ownNew(ctx context.Context, dir int, nm string) (unix.Stat_t, error) {
-	fd, err := openAt(dir, nm, unix.O_PATH, 0)
+	fd, err := backing.OpenAt(dir, nm, unix.O_PATH, 0)
 	if err != nil {
 		return unix.Stat_t{}, err
 	}
 	defer unix.Close(fd)
-	st, err := fstat(fd)
+	st, err := backing.Fstat(fd)
 	if err != nil {
 		return st, err
 	}
@@ -68,19 +69,19 @@ func (n *Node) ownNew(ctx context.Context, dir int, nm string) (unix.Stat_t, err
 	if err := n.own(ctx, dir, fd); err != nil {
 		return st, err
 	}
-	return fstat(fd)
+	return backing.Fstat(fd)
 }
 
 func (n *Node) Mkdir(ctx context.Context, nm string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.newEntry(ctx, nm, 0, out, func(dir int) error { return mkdirAt(dir, nm, createMode(dir, mode)) })
+	return n.newEntry(ctx, nm, 0, out, func(dir int) error { return backing.MkdirAt(dir, nm, createMode(dir, mode)) })
 }
 
 func (n *Node) Mknod(ctx context.Context, nm string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.newEntry(ctx, nm, 0, out, func(dir int) error { return mknodAt(dir, nm, createMode(dir, mode), int(dev)) })
+	return n.newEntry(ctx, nm, 0, out, func(dir int) error { return backing.MknodAt(dir, nm, createMode(dir, mode), int(dev)) })
 }
 
 func (n *Node) Symlink(ctx context.Context, target, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.newEntry(ctx, nm, len(target), out, func(dir int) error { return symlinkAt(target, dir, nm) })
+	return n.newEntry(ctx, nm, len(target), out, func(dir int) error { return backing.SymlinkAt(target, dir, nm) })
 }
 
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -106,12 +107,12 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, nm string, o
 		err = n.linkPrivate(t, dir, nm) // an O_TMPFILE file
 	} else {
 		// The file itself, by fd: never what its name leads to now.
-		err = t.withSelf(func(fd int) error { return linkFd(fd, dir, nm) })
+		err = t.withSelf(func(fd int) error { return backing.LinkFd(fd, dir, nm) })
 	}
 	if err != nil {
 		return nil, n.errno(err)
 	}
-	st, err := statAt(dir, nm)
+	st, err := backing.StatAt(dir, nm)
 	if err != nil {
 		return nil, n.errno(err)
 	}
@@ -134,7 +135,7 @@ func (n *Node) lockChildren(kids ...*Node) (release func(), err error) {
 	if err != nil {
 		return nil, lockErrno(err)
 	}
-	done := n.r.changing()
+	done := n.r.changes.Begin()
 	// An append record ended lazily, or a redo record not yet
 	// checkpointed, names a path this may change: it must be settled
 	// first, or recovery could find it open and its path another file
@@ -176,7 +177,7 @@ func (n *Node) remove(ctx context.Context, nm string, flags int) syscall.Errno {
 	}
 	defer drop()
 	ghost := k.pathFd(dir, nm)
-	if err := unlinkAt(dir, nm, flags); err != nil {
+	if err := backing.UnlinkAt(dir, nm, flags); err != nil {
 		closeFd(ghost)
 		return n.errno(err)
 	}
@@ -194,11 +195,11 @@ func (k *Node) pathFd(dir int, nm string) int {
 	if k == nil || (k.f.kind != unix.S_IFREG && k.f.kind != unix.S_IFLNK) {
 		return -1
 	}
-	fd, err := openAt(dir, nm, unix.O_PATH, 0)
+	fd, err := backing.OpenAt(dir, nm, unix.O_PATH, 0)
 	if err != nil {
 		return -1
 	}
-	if st, err := fstat(fd); err != nil || !k.r.ids.owns(k.f, keyOf(&st)) {
+	if st, err := backing.Fstat(fd); err != nil || !k.r.ids.owns(k.f, keyOf(&st)) {
 		unix.Close(fd)
 		return -1
 	}
@@ -251,7 +252,7 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 	if dst != src && flags&unix.RENAME_EXCHANGE == 0 {
 		ghost = dst.pathFd(ndir, newName)
 	}
-	if err := renameAt(odir, nm, ndir, newName, uint(flags)); err != nil {
+	if err := backing.RenameAt(odir, nm, ndir, newName, uint(flags)); err != nil {
 		closeFd(ghost)
 		return n.errno(err)
 	}
@@ -279,7 +280,7 @@ func (n *Node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, n.errno(err)
 	}
-	st, err := fstat(fd)
+	st, err := backing.Fstat(fd)
 	if err != nil {
 		unix.Close(fd)
 		return nil, n.errno(err)

@@ -9,6 +9,9 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // openCurrent opens the current committed version of a regular file,
@@ -39,7 +42,7 @@ func (n *Node) openNamed(flags int) (*os.File, error) {
 		if derr != nil {
 			continue
 		}
-		fd, st, oerr := openRegularStat(dir, o.name, flags)
+		fd, st, oerr := backing.OpenRegularStat(dir, o.name, flags)
 		drop()
 		if oerr != nil {
 			if !errors.Is(oerr, syscall.ENOENT) {
@@ -53,42 +56,6 @@ func (n *Node) openNamed(flags int) (*os.File, error) {
 		fd.Close()
 	}
 	return nil, err
-}
-
-// openRegular opens dir/nm only if it is a regular file: it is looked at
-// through O_PATH first, so a FIFO or device planted in BACKING is never
-// opened (no hang, no side effect), then that very inode is reopened.
-func openRegular(dir int, nm string, flags int) (*os.File, error) {
-	f, _, err := openRegularStat(dir, nm, flags)
-	return f, err
-}
-
-// openRegularStat is openRegular that also gives the file's stat, taken
-// on the O_PATH descriptor: the file opened is that very inode.
-func openRegularStat(dir int, nm string, flags int) (*os.File, unix.Stat_t, error) {
-	fd, err := openAt(dir, nm, unix.O_PATH, 0)
-	if err != nil {
-		return nil, unix.Stat_t{}, err
-	}
-	defer unix.Close(fd)
-	st, err := fstat(fd)
-	if err != nil {
-		return nil, st, err
-	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-	case unix.S_IFDIR:
-		return nil, st, syscall.EISDIR
-	case unix.S_IFLNK:
-		return nil, st, syscall.ELOOP
-	default:
-		return nil, st, syscall.ENXIO
-	}
-	rfd, err := reopenFd(fd, flags)
-	if err != nil {
-		return nil, st, err
-	}
-	return os.NewFile(uintptr(rfd), nm), st, nil
 }
 
 func isWrite(flags uint32) bool {
@@ -131,7 +98,7 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 func (n *Node) handleOn(ctx context.Context, base *os.File, ver uint64, flags uint32) *handle {
 	h := &handle{n: n, write: isWrite(flags), append: flags&syscall.O_APPEND != 0, first: base, base: base, baseVer: ver}
 	if c, ok := fuse.FromContext(ctx); ok {
-		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, tgidOf(c.Pid)
+		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, proc.Tgid(c.Pid)
 	}
 	return h
 }
@@ -153,12 +120,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, syscall.ENAMETOOLONG
 	}
 	tid := callerTid(ctx)
-	retry := n.r.refused.take(tid)
+	retry := n.r.refused.Take(tid)
 	if n.rawNow(flags) {
-		return n.openRaw(ctx, flags, tid, retry) // raw.go
+		return n.openRaw(ctx, flags, tid, retry) // rawfile.go
 	}
 	if isWrite(flags) && !n.writerMayOpen(tid, retry) || !isWrite(flags) && !n.readerMayOpen(tid, retry) {
-		n.r.refused.note(tid)
+		n.r.refused.Note(tid)
 		n.r.crash("open-refused")     // a stop point for tests only
 		return nil, 0, syscall.ESTALE // the kernel looks the name up again
 	}
@@ -171,7 +138,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, n.errno(err)
 	}
 	h, st, err := n.open(ctx, flags) // st: the version opened, if known
-	for w := (leaseWaiter{}); errors.Is(err, errLeased) && w.again(ctx); {
+	for w := (backing.LeaseWaiter{}); errors.Is(err, backing.ErrLeased) && w.Again(ctx); {
 		// Another process's lease is in the way (lease.go): waited for
 		// here, where no lock is held (a read-modify-write session is
 		// the caller's own, and outlives a failed open anyway).
@@ -186,20 +153,20 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		h.mu.Lock()
 		h.close() // gives its file slot back
 		h.mu.Unlock()
-		n.r.refused.note(tid)
+		n.r.refused.Note(tid)
 		return nil, 0, syscall.ESTALE
 	}
 	n.rmwOpened(h, sess, flags)
 	if err != nil {
-		n.r.files.give(callerUID(ctx))
+		n.r.files.Give(callerUID(ctx))
 		if errors.Is(err, syscall.ESTALE) {
-			n.r.refused.note(tid)
+			n.r.refused.Note(tid)
 		}
 		n.r.leaseRefused(ctx, "open", n.path(), n.r.ids.current(n.f), err)
 		return nil, 0, n.errno(err)
 	}
 	if n.f.isRaw() {
-		// It became raw while this open was on its way (raw.go).
+		// It became raw while this open was on its way (rawfile.go).
 		h.mu.Lock()
 		h.switchRaw()
 		h.mu.Unlock()
@@ -259,7 +226,7 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	}
 	defer drop()
 	tid := callerTid(ctx)
-	retry := n.r.refused.take(tid) // a refused open's retry may come as a create
+	retry := n.r.refused.Take(tid) // a refused open's retry may come as a create
 	if err := n.r.roomForMeta(ctx, 0); err != nil {
 		return nil, nil, 0, n.errno(err)
 	}
@@ -268,17 +235,17 @@ func (n *Node) Create(ctx context.Context, nm string, flags, mode uint32, out *f
 	}
 	in, h, err := n.create(ctx, dir, nm, flags, mode, out)
 	if err != nil {
-		n.r.files.give(callerUID(ctx))
-		if errors.Is(err, errLeased) && !retry {
+		n.r.files.Give(callerUID(ctx))
+		if errors.Is(err, backing.ErrLeased) && !retry {
 			// An existing file another process holds a lease on. The
 			// kernel holds the directory's lock around CREATE: ESTALE
 			// makes it look the name up again, find the file, and send
 			// an OPEN without that lock, which waits for the lease.
-			n.r.refused.note(tid)
+			n.r.refused.Note(tid)
 			return nil, nil, 0, syscall.ESTALE
 		}
-		if errors.Is(err, errLeased) {
-			st, _ := statAt(dir, nm)
+		if errors.Is(err, backing.ErrLeased) {
+			st, _ := backing.StatAt(dir, nm)
 			n.r.leaseRefused(ctx, "create", n.childPath(nm), keyOf(&st), err)
 		}
 		return nil, nil, 0, n.errno(err)
@@ -306,7 +273,7 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := fstat(int(f.Fd()))
+	st, err := backing.Fstat(int(f.Fd()))
 	if err == nil && !created {
 		err = mayOpen(ctx, int(f.Fd()), &st, flags)
 	}
@@ -344,8 +311,8 @@ func (n *Node) create(ctx context.Context, dir int, nm string, flags, mode uint3
 // unlinkNew removes the file a failed create made, a change of names
 // for lookups that may have found it.
 func (n *Node) unlinkNew(dir int, nm string) {
-	defer n.r.changing()()
-	_ = unlinkAt(dir, nm, 0)
+	defer n.r.changes.Begin()()
+	_ = backing.UnlinkAt(dir, nm, 0)
 }
 
 // staleVer is a version no file reaches: a handle holding it refreshes.
@@ -359,9 +326,9 @@ func (n *Node) createOrOpen(ctx context.Context, dir int, nm string, flags, mode
 	// are set once the file is the caller's (the kernel has already
 	// taken off a set-gid the caller may not have).
 	want := createMode(dir, mode) & 07777
-	fd, err := openAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, want&^(unix.S_ISUID|unix.S_ISGID))
+	fd, err := backing.OpenAt(dir, nm, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, want&^(unix.S_ISUID|unix.S_ISGID))
 	if errors.Is(err, unix.EEXIST) && flags&syscall.O_EXCL == 0 {
-		f, err := openRegular(dir, nm, unix.O_RDWR)
+		f, err := backing.OpenRegular(dir, nm, unix.O_RDWR)
 		return f, false, err
 	}
 	if err != nil {
@@ -389,7 +356,7 @@ func (n *Node) own(ctx context.Context, dir, fd int) error {
 		return nil
 	}
 	gid := int(c.Gid)
-	if st, err := fstat(dir); err == nil && st.Mode&unix.S_ISGID != 0 {
+	if st, err := backing.Fstat(dir); err == nil && st.Mode&unix.S_ISGID != 0 {
 		gid = -1
 	}
 	return unix.Fchownat(fd, "", int(c.Uid), gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)

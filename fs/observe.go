@@ -1,13 +1,13 @@
 package fs
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -186,29 +186,9 @@ func rejectReason(err error) string {
 	return ReasonOther
 }
 
-// cmdlineMax bounds what an event carries of a command line.
-const cmdlineMax = 4096
-
-// cmdlineOf returns a reader of pid's command line, arguments joined by
-// spaces; "" when it cannot be read.
+// cmdlineOf returns a reader of pid's command line (proc.Cmdline).
 func cmdlineOf(pid uint32) func() string {
-	return func() string {
-		if pid == 0 {
-			return ""
-		}
-		return bounded("", func() string {
-			if a := procArgs(pid); a != nil {
-				return strings.Join(a, " ")
-			}
-			// A dying process (a killed writer's close) has no
-			// memory left to read it from: its name, as ps.
-			comm, err := readProc(pidPath(pid, "comm"))
-			if err != nil {
-				return ""
-			}
-			return "[" + string(bytes.TrimSpace(comm)) + "]"
-		})
-	}
+	return func() string { return proc.Cmdline(pid) }
 }
 
 // Gauges are levels of a mount, read when asked (a scrape).
@@ -243,9 +223,7 @@ func (s *Server) Gauges() Gauges {
 			g.PendingBytes += h.pendingBytes()
 		}
 	}
-	r.kept.mu.Lock()
-	g.RejectedFiles, g.RejectedBytes = r.kept.files, r.kept.all
-	r.kept.mu.Unlock()
+	g.RejectedFiles, g.RejectedBytes = r.kept.Totals()
 	if x := r.rmw; x != nil {
 		for _, t := range x.allTables() {
 			g.RMWHeld += t.Len()
@@ -260,7 +238,7 @@ func (s *Server) Gauges() Gauges {
 func (h *handle) notePending() {
 	n := int64(len(h.buf))
 	if h.stage != nil {
-		if st, err := fstat(int(h.stage.Fd())); err == nil {
+		if st, err := backing.Fstat(int(h.stage.Fd())); err == nil {
 			n = st.Size
 		}
 	}

@@ -2,8 +2,6 @@ package fs
 
 import (
 	"context"
-	"encoding/binary"
-	"math/bits"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -11,6 +9,10 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/fuseprocs"
+	"github.com/safefs/safefs/internal/magic"
 )
 
 // Passthrough (Options.Passthrough, issue 10): a read-only open may be
@@ -71,7 +73,7 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 	if !ok {
 		return fuse.FOPEN_DIRECT_IO
 	}
-	st, err := fstat(int(h.first.Fd()))
+	st, err := backing.Fstat(int(h.first.Fd()))
 	if err != nil {
 		return fuse.FOPEN_DIRECT_IO
 	}
@@ -80,7 +82,7 @@ func (n *Node) ptOpen(ctx context.Context, h *handle) uint32 {
 	defer f.mu.Unlock()
 	mine := !h.write && st.Nlink == 1 && h.first == h.base
 	if f.pt.open == 0 {
-		if !mine || f.pt.never || len(f.handles) != 1 || gdbmFile(h.first) || !r.ptRegister(f, h, keyOf(&st)) {
+		if !mine || f.pt.never || len(f.handles) != 1 || magic.GDBM(h.first) || !r.ptRegister(f, h, keyOf(&st)) {
 			return fuse.FOPEN_DIRECT_IO
 		}
 	}
@@ -158,35 +160,6 @@ func (f *file) ptMapped() {
 	f.mu.Unlock()
 }
 
-// gdbmFile reports whether f starts with a gdbm magic number (either
-// byte order): gdbm maps its file shared, and a writer that opens while
-// a reader is passed through would map the committed version. A new
-// daemon has not seen such a file mapped (ptFile.mapped) yet.
-func gdbmFile(f *os.File) bool {
-	// O_NOATIME: an open that reads nothing leaves atime as it was.
-	fd := int(f.Fd())
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return true
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NOATIME); err != nil {
-		return true // cannot look without a trace: no passthrough
-	}
-	var b [4]byte
-	n, _ := unix.Pread(fd, b[:], 0)
-	_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl)
-	if n < len(b) {
-		return false
-	}
-	v := binary.LittleEndian.Uint32(b[:])
-	for _, m := range []uint32{v, bits.ReverseBytes32(v)} {
-		if m >= 0x13579acd && m <= 0x13579ad1 { // GDBM_MAGIC32 .. GDBM_NUMSYNC_MAGIC64
-			return true
-		}
-	}
-	return false
-}
-
 // ptReply puts the backing ID decided by ptOpen in the OPEN reply.
 func (p *ptRoot) ptReply(cancel <-chan struct{}, out *fuse.OpenOut) {
 	if p == nil {
@@ -199,7 +172,7 @@ func (p *ptRoot) ptReply(cancel <-chan struct{}, out *fuse.OpenOut) {
 }
 
 func (w rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	st := w.RawFileSystem.Open(cancel, in, out)
 	w.pt.ptReply(cancel, out)
 	return st

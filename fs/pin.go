@@ -1,6 +1,10 @@
 package fs
 
-import "golang.org/x/sys/unix"
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
+)
 
 // A logical file is found by the backing inode of its committed version
 // (ids.byKey), and an inode number is reused by the backing file system
@@ -24,10 +28,10 @@ func pathIfKey(fd int, k key) int {
 	if fd < 0 {
 		return -1
 	}
-	if st, err := fstat(fd); err != nil || keyOf(&st) != k {
+	if st, err := backing.Fstat(fd); err != nil || keyOf(&st) != k {
 		return -1
 	}
-	p, err := unix.Open(procPath(fd), unix.O_PATH|unix.O_CLOEXEC, 0)
+	p, err := unix.Open(backing.ProcPath(fd), unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1
 	}

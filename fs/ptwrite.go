@@ -9,6 +9,11 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/caps"
+	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/staging"
 )
 
 // Passthrough for writers (Options.PassthroughWrite, docs/design.md "Versions and
@@ -78,7 +83,7 @@ func (n *Node) ptWriterMay(h *handle, flags uint32) bool {
 // unregistered, a copy at close, and the kernel's security.capability
 // check at each write) than the one WRITE request it saves.
 func (h *handle) ptBigBase() bool {
-	st, err := fstat(int(h.base.Fd()))
+	st, err := backing.Fstat(int(h.base.Fd()))
 	return err == nil && st.Size >= ptMinSize && st.Nlink == 1
 }
 
@@ -94,7 +99,7 @@ func (n *Node) ptAlone(h *handle) bool {
 // and a user's writes must not reach root's reserved blocks (roomFor).
 func (r *root) ptBackingWriter(f *os.File) (int32, bool) {
 	runtime.LockOSThread()
-	restore, err := dropEffectiveCap(unix.CAP_SYS_RESOURCE)
+	restore, err := caps.DropEffective(unix.CAP_SYS_RESOURCE)
 	if err != nil {
 		runtime.UnlockOSThread()
 		return 0, false
@@ -108,22 +113,6 @@ func (r *root) ptBackingWriter(f *os.File) (int32, bool) {
 	}
 	runtime.UnlockOSThread()
 	return id, ok
-}
-
-// dropEffectiveCap takes capability c out of the calling thread's
-// effective set (capset acts on one thread); restore puts the set back.
-func dropEffectiveCap(c uint) (restore func() error, err error) {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return nil, err
-	}
-	old := data
-	data[c/32].Effective &^= 1 << (c % 32)
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return nil, err
-	}
-	return func() error { return unix.Capset(&hdr, &old[0]) }, nil
 }
 
 // ptMark is what a writer's staging file looked like when ptWrote last
@@ -143,7 +132,7 @@ func (h *handle) ptWrote() {
 	if !h.ptWrite || h.stage == nil {
 		return
 	}
-	st, err := fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.stage.Fd()))
 	if err != nil || st.Size == 0 || markOf(&st) == h.ptSeen {
 		return
 	}
@@ -165,24 +154,28 @@ func (h *handle) ptLast(pid uint32) bool {
 	if tgid == 0 || mnt == 0 || h.stage == nil {
 		return false
 	}
-	if st, err := fstat(int(h.stage.Fd())); err != nil || st.Size <= ptCopyMax {
+	if st, err := backing.Fstat(int(h.stage.Fd())); err != nil || st.Size <= ptCopyMax {
 		return false // a copy costs less than the look
 	}
 	ino := h.n.f.ino
-	if holdsOpen(tgid, ino, mnt) {
+	if proc.HoldsOpen(tgid, ino, mnt) {
 		return false
 	}
-	kids, all := descendants(tgid, maxDescendants)
+	kids, all := proc.Descendants(tgid, maxDescendants)
 	if !all {
 		return false
 	}
 	for _, k := range kids {
-		if holdsOpen(k, ino, mnt) {
+		if proc.HoldsOpen(k, ino, mnt) {
 			return false
 		}
 	}
 	return true
 }
+
+// maxDescendants bounds the processes ptLast looks at; beyond, a copy is
+// committed.
+const maxDescendants = 64
 
 // ptCopyMax: a staging file up to this size is committed as a copy
 // without a look at the processes (a look reads a /proc file per
@@ -198,11 +191,11 @@ func (h *handle) ptCommit(last bool) error {
 	}
 	r := h.n.r
 	own, ownNm := h.stage, h.stageNm
-	cp, nm, err := r.pool.take()
+	cp, nm, err := r.pool.Take()
 	if err != nil {
 		return err
 	}
-	if err := copyData(cp, own); err != nil {
+	if err := staging.CopyData(cp, own); err != nil {
 		r.dropTemp(r.stagingfd, cp, nm)
 		return err
 	}

@@ -4,13 +4,15 @@ import (
 	"context"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/safefs/safefs/internal/fuseprocs"
 )
 
 // rawFS marks a GETATTR that came without a file handle (stat, and
 // fstat too: the kernel does not say which descriptor). go-fuse then
 // passes the inode's first open handle, which may be another process's
 // writer; such a GETATTR must describe the committed version instead.
-// Its frequent requests yield the processor now and then (procs.go).
+// Its frequent requests yield the processor now and then (fuseprocs).
 type rawFS struct {
 	fuse.RawFileSystem
 	locks bool    // script locks: unlocks at close and release (locks.go)
@@ -22,13 +24,13 @@ type rawFS struct {
 const noFh = 1 << 31
 
 func (w rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	defer w.cands.settle(cancel)
 	return w.RawFileSystem.Lookup(cancel, h, name, out)
 }
 
 func (w rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	if in.Flags()&fuse.FUSE_GETATTR_FH == 0 {
 		in.Caller.Pid |= noFh
 	}
@@ -39,7 +41,7 @@ func (w rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Att
 // I/O, whose reads carry one, so this is a shared map's page fault. It
 // is marked with the same bit (see fillsPages).
 func (w rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	if in.ReadFlags&fuse.READ_LOCKOWNER == 0 {
 		in.Caller.Pid |= noFh
 	}
@@ -50,7 +52,7 @@ func (w rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.R
 // the same bit: the kernel drops no cached size for it, as it does for a
 // write(2), only the times once the writeback ends (see uncache).
 func (w rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
 		in.Caller.Pid |= noFh
 	}
@@ -88,7 +90,7 @@ func splitUmask(mode uint32) (uint32, uint32) {
 }
 
 func (w rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	yieldNowAndThen()
+	fuseprocs.YieldNowAndThen()
 	in.Mode = withUmask(in.Mode, in.Umask)
 	defer w.cands.settle(cancel)
 	st := w.RawFileSystem.Create(cancel, in, name, out)

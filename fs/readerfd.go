@@ -13,8 +13,9 @@ import (
 
 // A reader node (roles.go) serves one version for its whole life, yet
 // each read-only open of it found that version again by name: an O_PATH
-// open, its fstat, a reopen through /proc and a close (openRegularStat),
-// about 15 µs here, for every page a web server serves. So a reader node
+// open, its fstat, a reopen through /proc and a close
+// (backing.OpenRegularStat), about 15 µs here, for every page a web
+// server serves. So a reader node
 // keeps a descriptor of its version from its first cached reader
 // (rl.fd), and the next reader of the same version reads through it once
 // a stat of the name shows the name still leads there (a file replaced
@@ -145,7 +146,7 @@ func releaseAll(fds []*sharedFile) {
 // keptFds are the nodes holding a version descriptor, swept each
 // keptIdle by a goroutine that runs while there are any. At most
 // maxKeptFds: the descriptors are the daemon's, and the per-user file
-// slots (limits.go) do not count them, so a script reading many files
+// slots (internal/limits) do not count them, so a script reading many files
 // in turn must not spend the daemon's reserve.
 type keptFds struct {
 	mu       sync.Mutex

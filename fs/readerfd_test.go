@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,31 +154,4 @@ func TestReadersShareVersionFd(t *testing.T) {
 	rs = nil
 	require.Eventually(t, func() bool { return heldDeleted(t, backing) == 0 }, 10*time.Second, 50*time.Millisecond,
 		"the old version is held open after its last reader closed")
-}
-
-// heldOf counts this process's descriptors (the daemon's) of path.
-func heldOf(t *testing.T, path string) int {
-	n := 0
-	for _, l := range ownFds(t) {
-		if l == path {
-			n++
-		}
-	}
-	return n
-}
-
-// ownFds maps this process's open descriptors to what they name
-// (/proc/self/fd); one closed meanwhile is left out.
-func ownFds(t *testing.T) map[int]string {
-	ents, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	fds := map[int]string{}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		require.NoError(t, err)
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
-			fds[fd] = l
-		}
-	}
-	return fds
 }

@@ -10,6 +10,10 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/safefs/safefs/internal/exitwatch"
+	"github.com/safefs/safefs/internal/loglimit"
+	"github.com/safefs/safefs/internal/proc"
+	"github.com/safefs/safefs/internal/recent"
 	"github.com/safefs/safefs/lockmgr"
 	"github.com/safefs/safefs/rmw"
 )
@@ -36,10 +40,14 @@ type rmwState struct {
 	learned *rmw.Learned
 	classes *rmw.Classes // of the learned pairs' requests
 	reads   *rmw.Reads
-	exits   *exitWatch
+	exits   *exitwatch.Watch
 	saveMu  sync.Mutex
-	warnLog logLimit
-	locking lockingPairs
+	warnLog loglimit.Limit
+	// locking: the (file, program) pairs seen holding a lock when they
+	// rewrote what they read, not checked again for a while: a flock
+	// counter would otherwise have every process's descriptors read in
+	// /proc at every commit (about 85 system calls each, measured).
+	locking recent.Set[rmw.Pair]
 }
 
 // table is the session table of user uid.
@@ -61,37 +69,12 @@ func (x *rmwState) allTables() map[uint32]*rmw.Table {
 	return maps.Clone(x.tables)
 }
 
-// lockingPairs remembers, for a while, the (file, program) pairs seen
-// holding a lock when they rewrote what they read: a flock counter
-// would otherwise have every process's descriptors read in /proc at
-// every commit (about 85 system calls each, measured).
-type lockingPairs struct {
-	mu   sync.Mutex
-	seen map[rmw.Pair]time.Time
-}
-
 // lockingKeep is how long a pair seen locking is not checked again; a
 // program that drops its lock meanwhile is learned that much later.
 const lockingKeep = 10 * time.Second
 
 // maxLockingPairs bounds the memory: past it the set starts afresh.
 const maxLockingPairs = 4096
-
-func (l *lockingPairs) has(p rmw.Pair, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	at, ok := l.seen[p]
-	return ok && now.Sub(at) < lockingKeep
-}
-
-func (l *lockingPairs) add(p rmw.Pair, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.seen == nil || len(l.seen) >= maxLockingPairs {
-		l.seen = map[rmw.Pair]time.Time{}
-	}
-	l.seen[p] = now
-}
 
 // rmwReadKeep is how long a read is remembered as the first half of a
 // read-modify-write: a CGI script rewrites within milliseconds.
@@ -102,12 +85,13 @@ func (r *root) rmwStart() error {
 	if !o.RMWAuto && len(o.RMWGlobs) == 0 {
 		return nil
 	}
-	ex, err := newExitWatch()
+	ex, err := exitwatch.New()
 	if err != nil {
 		return err
 	}
 	x := &rmwState{hold: o.RMWHold, tables: map[uint32]*rmw.Table{}, globs: o.RMWGlobs, auto: o.RMWAuto,
-		learned: rmw.NewLearned(), classes: rmw.NewClasses(), reads: rmw.NewReads(rmwReadKeep), exits: ex}
+		learned: rmw.NewLearned(), classes: rmw.NewClasses(), reads: rmw.NewReads(rmwReadKeep), exits: ex,
+		locking: recent.Set[rmw.Pair]{Keep: lockingKeep, Max: maxLockingPairs}}
 	if o.RMWAuto {
 		x.learned = r.loadLearned()
 	}
@@ -124,7 +108,7 @@ func (r *root) rmwStart() error {
 
 func (r *root) rmwStop() {
 	if r.rmw != nil {
-		r.rmw.exits.stop()
+		r.rmw.exits.Stop()
 	}
 }
 
@@ -160,7 +144,7 @@ func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 		if cls.Wrote() {
 			n.r.log.Warn("rmw: a request class judged read-only opened the file for writing: its requests take sessions again",
 				zap.String("path", logPath(cls.Pair.Path)), zap.String("program", cls.Pair.Cmd), zap.Uint32("uid", cls.Pair.UID),
-				zap.String("class", cls.Features), zap.Uint32("pid", tgidOf(tid)))
+				zap.String("class", cls.Features), zap.Uint32("pid", proc.Tgid(tid)))
 		}
 	case cls.ReadOnly():
 		n.r.count.rmwReadOnly.Add(1)
@@ -170,7 +154,7 @@ func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 	}
 	// The session is the calling thread's: FUSE requests carry it.
 	start := time.Now()
-	s, out, other := x.table(c.Uid).EnterUnless(ctx, n.f.ino, int32(tid), isFamily, n.r.opts.RMWWait, unneeded)
+	s, out, other := x.table(c.Uid).EnterUnless(ctx, n.f.ino, int32(tid), proc.IsFamily, n.r.opts.RMWWait, unneeded)
 	if out.Waited() {
 		n.r.count.rmwWaitNanos.Add(int64(time.Since(start)))
 	}
@@ -186,7 +170,7 @@ func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 	}
 	n.r.rmwCount(n, out, tid, other)
 	if s != nil && (out == rmw.Took || out == rmw.Granted) {
-		x.exits.watch(s.Holder, s)
+		x.exits.Add(s.Holder, s)
 	}
 	return s
 }
@@ -228,7 +212,7 @@ func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool, *rmw.Class) {
 	paths := n.names()
 	for _, p := range paths {
 		if x.globs.Match(p) {
-			return rmwTgid(tid), true, nil
+			return proc.TgidOrSelf(tid), true, nil
 		}
 	}
 	if !x.auto {
@@ -239,15 +223,15 @@ func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool, *rmw.Class) {
 			// A program that cannot be told takes a session: a
 			// session costs a reader time (its user's only), a
 			// missed one an increment.
-			pid := rmwTgid(tid)
-			pair := rmw.Pair{UID: uid, Path: p, Cmd: program(pid)}
+			pid := proc.TgidOrSelf(tid)
+			pair := rmw.Pair{UID: uid, Path: p, Cmd: proc.Program(pid)}
 			if pair.Cmd == "" {
 				return pid, true, nil
 			}
 			if !x.learned.Has(pair) {
 				return pid, false, nil
 			}
-			return pid, true, x.classes.Get(pair, requestFeatures(pid))
+			return pid, true, x.classes.Get(pair, proc.RequestFeatures(pid))
 		}
 	}
 	return 0, false, nil
@@ -288,14 +272,14 @@ func (r *root) rmwCount(n *Node, out rmw.Outcome, tid uint32, other int32) {
 // rmwWarn logs one line naming the path and both threads with their
 // processes.
 func (r *root) rmwWarn(msg string, n *Node, tid uint32, other int32) {
-	ok, skipped := r.rmw.warnLog.allow()
+	ok, skipped := r.rmw.warnLog.Allow()
 	if !ok {
 		return
 	}
-	pid, holder := tgidOf(tid), int32(tgidOf(uint32(other)))
+	pid, holder := proc.Tgid(tid), int32(proc.Tgid(uint32(other)))
 	r.log.Warn(msg, zap.String("path", logPath(n.path())),
-		zap.Uint32("pid", pid), zap.Uint32("tid", tid), zap.String("cmdline", cmdline(pid)),
-		zap.Int32("holder_pid", holder), zap.Int32("holder_tid", other), zap.String("holder_cmdline", cmdline(uint32(holder))),
+		zap.Uint32("pid", pid), zap.Uint32("tid", tid), zap.String("cmdline", proc.ShortCmdline(pid)),
+		zap.Int32("holder_pid", holder), zap.Int32("holder_tid", other), zap.String("holder_cmdline", proc.ShortCmdline(uint32(holder))),
 		zap.Int("not_logged_before", skipped))
 }
 
@@ -347,24 +331,24 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	// A lock held through this daemon is known without /proc: a flock
 	// counter's writes (the lock holder's, on its critical path) read
 	// no command line.
-	if x.learned.Full(uid) || r.book.heldBy(pid) {
+	if x.learned.Full(uid) || r.book.HeldBy(pid) {
 		return
 	}
-	p := rmw.Pair{UID: uid, Path: n.path(), Cmd: program(pid)}
+	p := rmw.Pair{UID: uid, Path: n.path(), Cmd: proc.Program(pid)}
 	now := time.Now()
-	if p.Cmd == "" || x.learned.Has(p) || x.locking.has(p, now) {
+	if p.Cmd == "" || x.learned.Has(p) || x.locking.Has(p, now) {
 		return
 	}
-	if held, known := holdsLock(pid); held {
+	if held, known := proc.HoldsLock(pid); held {
 		if known {
-			x.locking.add(p, now)
+			x.locking.Add(p, now)
 		}
 		return
 	}
 	if !x.learned.Add(p) {
 		return
 	}
-	if c := x.classes.Get(p, requestFeatures(pid)); c != nil {
+	if c := x.classes.Get(p, proc.RequestFeatures(pid)); c != nil {
 		c.Wrote() // the learning request's class writes
 	}
 	r.log.Info("rmw: learned a read-modify-write without a lock: its opens of this file take sessions",

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/rmw"
 )
 
@@ -20,7 +21,7 @@ const learnedName = "rmw-learned"
 // not parse is logged and set aside: learning starts again.
 func (r *root) loadLearned() *rmw.Learned {
 	dir := int(r.internal.Fd())
-	fd, err := openAt(dir, learnedName, unix.O_RDONLY, 0)
+	fd, err := backing.OpenAt(dir, learnedName, unix.O_RDONLY, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return rmw.NewLearned()
 	}
@@ -46,31 +47,7 @@ func (r *root) loadLearned() *rmw.Learned {
 func (r *root) saveLearned(x *rmwState) {
 	x.saveMu.Lock()
 	defer x.saveMu.Unlock()
-	if err := writeWhole(int(r.internal.Fd()), learnedName, x.learned.Encode()); err != nil {
+	if err := backing.WriteWhole(int(r.internal.Fd()), learnedName, x.learned.Encode()); err != nil {
 		r.log.Warn("rmw: could not save what was learned (kept until unmount)", zap.Error(err))
 	}
-}
-
-func writeWhole(dir int, nm string, b []byte) error {
-	tmp := nm + ".tmp"
-	fd, err := openAt(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = renameAt(dir, tmp, dir, nm, 0)
-	}
-	if err != nil {
-		_ = unlinkAt(dir, tmp, 0)
-		return err
-	}
-	return unix.Fsync(dir)
 }

@@ -7,6 +7,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // Kernel inodes by role (Options.VersionCache, docs/design.md, "Versions and kernel
@@ -93,7 +95,7 @@ type nodeRoles struct {
 	// once must see each other (othersHold sees handles only).
 	opening map[uint32]bool
 	// rawMode: how the raw node serves raw opens; rawCached: its raw
-	// handles open through its page cache (raw.go).
+	// handles open through its page cache (rawfile.go).
 	rawMode   rawMode
 	rawCached int
 }
@@ -226,7 +228,7 @@ func (f *file) curGen() uint64 {
 // directory's lock while it waits for a request that waits for us.
 func (f *file) moveOn(r *root) {
 	if f.rw.gen != 0 {
-		return // a raw file's opens share its raw node (raw.go)
+		return // a raw file's opens share its raw node (rawfile.go)
 	}
 	f.roles.kgen = r.ids.newGen()
 	f.roles.movedAt = time.Now().UnixNano()
@@ -272,7 +274,7 @@ func (n *Node) openFlags(ctx context.Context, h *handle, st *unix.Stat_t) uint32
 	var err error
 	if st == nil {
 		var s unix.Stat_t
-		s, err = fstat(int(h.base.Fd()))
+		s, err = backing.Fstat(int(h.base.Fd()))
 		st = &s
 	}
 	f.mu.Lock()

@@ -5,6 +5,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // The opens' side of kernel inodes by role (roles.go): whether an open
@@ -170,7 +172,7 @@ func (n *Node) readerMixes(h *handle, st *unix.Stat_t, retry bool) (*unix.Stat_t
 		return nil, false
 	}
 	if st == nil {
-		s, err := fstat(int(h.base.Fd()))
+		s, err := backing.Fstat(int(h.base.Fd()))
 		if err != nil {
 			return nil, false
 		}

@@ -1,12 +1,9 @@
 package fs
 
 import (
-	"context"
 	"errors"
 	"os"
-	"path"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +13,15 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/dirfds"
+	"github.com/safefs/safefs/internal/epoch"
+	"github.com/safefs/safefs/internal/estale"
+	"github.com/safefs/safefs/internal/limits"
+	"github.com/safefs/safefs/internal/lockbook"
+	"github.com/safefs/safefs/internal/loglimit"
+	"github.com/safefs/safefs/internal/redo"
+	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
 )
@@ -31,7 +37,7 @@ type root struct {
 	internalPath string
 	mountpoint   string // absolute
 	// mntID is the mount's ID, as /proc/<pid>/fdinfo shows it
-	// (holdsOpen); 0 until known.
+	// (proc.HoldsOpen); 0 until known.
 	mntID atomic.Int64
 	// conn is the FUSE connection (its device minor, fusectl's name);
 	// abandoned: it was ended under writers of another mount namespace
@@ -59,25 +65,25 @@ type root struct {
 	selfTestSeen atomic.Bool
 	// probe is the self-test's probe's name while it runs (selftest.go).
 	probe atomic.Pointer[string]
-	// changes of names begun and ended, for lookups (changeEpoch)
-	changesBegun, changesEnded atomic.Uint64
-	files                      *fileSlots
-	space                      spaceCache // roomFor's last statfs
-	dirs                       openDirs
-	kept                       *keptBytes // what rejected/ holds, per writing uid
+	// changes of names begun and ended, for lookups
+	changes epoch.Changes
+	files   *limits.Files
+	space   limits.Space // roomFor's last statfs
+	dirs    dirfds.Cache
+	kept    *limits.Kept // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
-	rejectLog   logLimit
-	leaseLog    logLimit  // and those for requests another's lease refused (lease.go)
-	rmw         *rmwState // nil: read-modify-write sessions off
-	pool        *stagingPool
-	appendBufs  appendBuffers // pending appends kept in memory (appendbuf.go)
-	redo        redoLog       // redo records awaiting their checkpoint (redo.go)
-	ckMu        sync.Mutex    // one checkpoint at a time
-	book        lockBook      // script locks held through this daemon (locks.go)
-	openWriters writerSet     // open writers by process, for unlocks (unlock.go)
-	pt          ptRoot        // passthrough (passthrough.go)
-	cands       candidates    // nodes made by requests in progress (candidates.go)
-	refused     refusals      // opens answered ESTALE, whose retry passes (refused.go)
+	rejectLog   loglimit.Limit
+	leaseLog    loglimit.Limit // and those for requests another's lease refused (lease.go)
+	rmw         *rmwState      // nil: read-modify-write sessions off
+	pool        *staging.Pool
+	appendBufs  appendBuffers                 // pending appends kept in memory (appendbuf.go)
+	redo        redo.Queue[key]               // redo records awaiting their checkpoint (redo.go)
+	ckMu        sync.Mutex                    // one checkpoint at a time
+	book        lockbook.Book[*file, *handle] // script locks held through this daemon (locks.go)
+	openWriters writerSet                     // open writers by process, for unlocks (unlock.go)
+	pt          ptRoot                        // passthrough (passthrough.go)
+	cands       candidates                    // nodes made by requests in progress (candidates.go)
+	refused     estale.Refusals               // opens answered ESTALE, whose retry passes
 	// writesUncache: the kernel drops an inode's cached size and times
 	// at each write(2) itself (FUSE 7.35, Linux 5.16; see uncache).
 	writesUncache atomic.Bool
@@ -131,7 +137,7 @@ func (r *root) dropTemp(dir int, f *os.File, nm string) {
 	if nm == "" {
 		return
 	}
-	if err := unlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := backing.UnlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		r.log.Warn("could not remove temp file", zap.String("name", nm), zap.Error(err))
 	}
 }
@@ -176,34 +182,4 @@ func (f *file) bump() {
 	f.mu.Lock()
 	f.version++
 	f.mu.Unlock()
-}
-
-// targets opens journal targets for recovery, beneath BACKING only.
-type targets struct{ rootfd int }
-
-// OpenTarget opens rel for recovery. Recovery runs before the mount
-// serves: another process's lease on the target is waited for as long as
-// the kernel lets its holder keep it (lease-break-time), since a commit
-// cut off by a crash is to be settled (lease.go).
-func (t targets) OpenTarget(rel string) (*os.File, error) {
-	w := leaseWaiter{limit: leaseBreakTime() + time.Second}
-	for {
-		f, err := t.openTarget(rel)
-		if !errors.Is(err, errLeased) || !w.again(context.Background()) {
-			return f, err
-		}
-	}
-}
-
-func (t targets) openTarget(rel string) (*os.File, error) {
-	dir, nm := path.Split(rel)
-	if dir == "" {
-		return openRegular(t.rootfd, nm, unix.O_RDWR)
-	}
-	dfd, err := openRel(t.rootfd, strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(dfd)
-	return openRegular(dfd, nm, unix.O_RDWR)
 }

@@ -6,6 +6,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // A request about an existing file must act on that file: the backing
@@ -73,18 +75,12 @@ func dupIfKey(fd int, k key) (int, bool) {
 	if fd < 0 {
 		return -1, false
 	}
-	if st, err := fstat(fd); err != nil || keyOf(&st) != k {
+	if st, err := backing.Fstat(fd); err != nil || keyOf(&st) != k {
 		return -1, false
 	}
 	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	return d, err == nil
 }
-
-// maxDepth bounds the walk up from a directory to BACKING's top.
-const maxDepth = 1 << 16
-
-// errLeft: a directory was moved out of BACKING directly.
-var errLeft = errors.New("directory is no longer inside the backing directory")
 
 // writeDir returns n's directory fd for a request that creates, removes
 // or renames in it, or commits into it, held (holdDir): the caller drops
@@ -98,46 +94,15 @@ func (n *Node) writeDir() (int, error) {
 	if err != nil || n.isRoot() {
 		return fd, err
 	}
-	if err := n.r.inside(fd); err != nil {
+	if err := backing.Inside(fd, n.r.top.key.dev, n.r.top.key.ino); err != nil {
 		n.dropDir()
-		if !errors.Is(err, errLeft) {
+		if !errors.Is(err, backing.ErrLeft) {
 			n.r.log.Warn("not written through: cannot check that the directory is inside the backing directory",
 				zap.String("path", logPath(n.path())), zap.Error(err))
 			return -1, err
 		}
-		n.r.log.Warn("not written through: "+errLeft.Error(), zap.String("path", logPath(n.path())))
+		n.r.log.Warn("not written through: "+backing.ErrLeft.Error(), zap.String("path", logPath(n.path())))
 		return -1, syscall.ESTALE
 	}
 	return fd, nil
-}
-
-// inside walks up the ".." chain of directory fd until BACKING's top
-// (inside) or the root of the file system tree (outside).
-func (r *root) inside(fd int) error {
-	cur := fd
-	defer func() { closeIf(cur, fd) }()
-	st, err := fstat(cur)
-	if err != nil {
-		return err
-	}
-	for range maxDepth {
-		if keyOf(&st) == r.top.key {
-			return nil
-		}
-		up, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		closeIf(cur, fd)
-		cur = up
-		parent, err := fstat(up)
-		if err != nil {
-			return err
-		}
-		if keyOf(&parent) == keyOf(&st) {
-			return errLeft // "/" is its own parent
-		}
-		st = parent
-	}
-	return errLeft
 }

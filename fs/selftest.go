@@ -10,6 +10,9 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/staging"
 )
 
 // selfTestPrefix names the probe file of the kill-check self-test. It
@@ -27,7 +30,7 @@ const selfTestPrefix = ".safefs-selftest-"
 // else writes, and only for the daemon's own uid: others find no such
 // name, and cannot remove it.
 func (r *root) killCheckSelfTest(mountpoint string) bool {
-	nm := selfTestPrefix + tempName()
+	nm := selfTestPrefix + staging.TempName()
 	r.probe.Store(&nm)
 	defer r.probe.Store(nil)
 	probe := filepath.Join(mountpoint, nm)
@@ -53,18 +56,12 @@ func (r *root) killCheckSelfTest(mountpoint string) bool {
 // that died during its self-test.
 func (r *root) dropProbes() {
 	dir := int(r.internal.Fd())
-	fd, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	d := os.NewFile(uintptr(fd), r.internalPath)
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
+	names, _ := backing.ReadDirNames(dir)
 	for _, nm := range names {
 		if !strings.HasPrefix(nm, selfTestPrefix) {
 			continue
 		}
-		if err := unlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := backing.UnlinkAt(dir, nm, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			r.log.Warn("could not remove an old self-test probe", zap.String("name", nm), zap.Error(err))
 		}
 	}

@@ -1,13 +1,11 @@
 package fs
 
 import (
-	"os"
 	"sort"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/safefs/safefs/journal"
+	"github.com/safefs/safefs/internal/backing"
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // Status is what `safefs status` shows: a snapshot of a live mount.
@@ -164,7 +162,7 @@ func (r *root) sessions(byIno map[uint64]*file, now time.Time) []SessionStatus {
 func sessionParty(id int32, uid uint32, since, now time.Time) Party {
 	tid := uint32(id)
 	p := Party{PID: tid, UID: uid, For: now.Sub(since).Seconds()}
-	if pid := tgidOf(tid); pid != 0 && pid != tid {
+	if pid := proc.Tgid(tid); pid != 0 && pid != tid {
 		p.PID, p.TID = pid, tid
 	}
 	p.Cmdline = cmdlineOf(p.PID)()
@@ -216,16 +214,10 @@ func (r *root) writers() []WriterStatus {
 // keptList lists rejected/ by name.
 func (r *root) keptList() []KeptFile {
 	out := []KeptFile{}
-	fd, err := unix.Openat(r.rejectedfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return out
-	}
-	d := os.NewFile(uintptr(fd), journal.RejectedDir)
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
+	names, _ := backing.ReadDirNames(r.rejectedfd)
 	sort.Strings(names)
 	for _, nm := range names {
-		if st, err := statAt(r.rejectedfd, nm); err == nil {
+		if st, err := backing.StatAt(r.rejectedfd, nm); err == nil {
 			out = append(out, KeptFile{Name: nm, Bytes: st.Size})
 		}
 	}

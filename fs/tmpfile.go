@@ -7,6 +7,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/safefs/safefs/internal/backing"
 )
 
 // Tmpfile is open(2) with O_TMPFILE: a nameless file in the backing
@@ -27,19 +29,19 @@ func (n *Node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	}
 	in, h, err := n.tmpfile(ctx, dir, flags, mode, out)
 	if err != nil {
-		n.r.files.give(callerUID(ctx))
+		n.r.files.Give(callerUID(ctx))
 		return nil, nil, 0, n.errno(err)
 	}
 	return in, h, fuse.FOPEN_DIRECT_IO, 0
 }
 
 func (n *Node) tmpfile(ctx context.Context, dir int, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, *handle, error) {
-	fd, err := tmpfileAt(dir, createMode(dir, mode)&07777)
+	fd, err := backing.TmpfileAt(dir, createMode(dir, mode)&07777)
 	if err != nil {
 		return nil, nil, err
 	}
 	f := os.NewFile(uintptr(fd), "tmpfile")
-	st, err := fstat(fd)
+	st, err := backing.Fstat(fd)
 	if err == nil {
 		err = n.own(ctx, dir, fd)
 	}
@@ -77,7 +79,7 @@ func (h *handle) publishPrivate(dir int, nm string) error {
 	if !h.private || h.closed {
 		return syscall.ENOENT
 	}
-	if err := linkFd(int(h.base.Fd()), dir, nm); err != nil {
+	if err := backing.LinkFd(int(h.base.Fd()), dir, nm); err != nil {
 		return err
 	}
 	h.private = false

@@ -6,6 +6,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // Unlock publishes. On a local file system a script's written bytes are
@@ -68,10 +70,10 @@ func (s *writerSet) of(tgid uint32) []*handle {
 // it for its close (unlockErr), since scripts check close more often
 // than unlock.
 func (r *root) publishBeforeUnlock(pid uint32, fh gofs.FileHandle) error {
-	if r.opts.KillCheck && killedBySignal(pid) {
+	if r.opts.KillCheck && proc.KilledBySignal(pid) {
 		return nil
 	}
-	tgid := tgidOf(pid)
+	tgid := proc.Tgid(pid)
 	var hs []*handle
 	if tgid != 0 {
 		hs = r.openWriters.of(tgid)
@@ -139,7 +141,7 @@ func (r *root) afterGrant(pid uint32, fh gofs.FileHandle) {
 		if ok {
 			h.n.learnPublished()
 		}
-		if tgid := tgidOf(pid); tgid != 0 {
+		if tgid := proc.Tgid(pid); tgid != 0 {
 			for _, w := range r.openWriters.of(tgid) {
 				w.n.learnPublished()
 			}

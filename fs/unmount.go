@@ -4,27 +4,22 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/fuseconn"
 )
 
 // heldElsewhere is how long the serve loop may go on after this mount
 // namespace's unmount before the daemon ends its connection itself.
 const heldElsewhere = 2 * time.Second
 
-// fusectl is where the kernel lists FUSE connections, by device minor.
-const fusectl = "/sys/fs/fuse/connections"
-
 // noteConnection records the FUSE connection of the mount: the minor of
 // its device (fusectl's directory name).
 func (r *root) noteConnection() {
-	var st unix.Stat_t
-	if err := unix.Stat(r.mountpoint, &st); err == nil {
-		r.conn = unix.Minor(st.Dev)
+	if conn, ok := fuseconn.Of(r.mountpoint); ok {
+		r.conn = conn
 	}
 }
 
@@ -80,7 +75,7 @@ func (s *Server) mountedHere() bool {
 // ending a request) is left alone.
 func (s *Server) endConnection() {
 	r := s.r
-	dir, err := connectionDir(r.conn)
+	dir, err := fuseconn.Dir(r.conn)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
@@ -90,39 +85,12 @@ func (s *Server) endConnection() {
 		}
 		r.log.Warn("unmounted here, but another mount namespace still holds the mount (a service started after it with PrivateTmp= or ProtectSystem=): ending the connection; processes there get ENOTCONN",
 			zap.String("mountpoint", r.mountpoint), zap.Uint32("connection", r.conn))
-		err = os.WriteFile(filepath.Join(dir, "abort"), []byte("1"), 0)
+		err = fuseconn.Abort(dir)
 	}
 	if err != nil {
 		r.log.Error("could not end the connection: serving the other mount namespaces until they let the mount go", zap.Error(err))
 	}
 }
-
-// connectionDir is FUSE connection conn's directory in fusectl, which is
-// mounted if it is not (a container, a minimal system); os.ErrNotExist
-// when the connection is gone.
-func connectionDir(conn uint32) (string, error) {
-	if conn == 0 {
-		return "", errors.New("connection unknown")
-	}
-	dir := filepath.Join(fusectl, strconv.FormatUint(uint64(conn), 10))
-	if _, err := os.Stat(dir); err == nil {
-		return dir, nil
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(fusectl, &fs); err != nil {
-		return "", err
-	}
-	if fs.Type != fusectlMagic {
-		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil {
-			return "", err
-		}
-	}
-	_, err := os.Stat(dir)
-	return dir, err
-}
-
-// fusectlMagic is fusectl's f_type (FUSE_CTL_SUPER_MAGIC).
-const fusectlMagic = 0x65735543
 
 // releaseHandle finishes h at unmount: its commit if it has one pending,
 // unless the connection was ended under it (abandoned).

@@ -4,7 +4,7 @@ import (
 	"os"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
+	"github.com/safefs/safefs/internal/staging"
 )
 
 // Write-behind: a big staging file's bytes are handed to the kernel's
@@ -39,18 +39,6 @@ func (h *handle) writeBehind(end int64) {
 	w.from = end
 	go func() {
 		defer w.busy.Store(false)
-		startWriteback(f, from, end-from)
+		staging.StartWriteback(f, from, end-from)
 	}()
-}
-
-// startWriteback starts writing back n bytes of f at off and does not
-// wait for them. f cannot be closed meanwhile (Control holds it).
-func startWriteback(f *os.File, off, n int64) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Control(func(fd uintptr) {
-		_ = unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WRITE)
-	})
 }

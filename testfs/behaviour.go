@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safefs/safefs/fs"
+	"github.com/safefs/safefs/internal/mountinfo"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -1627,27 +1628,19 @@ func bhLogFsGoroutines(t *testing.T) {
 // (through fusectl, mounted if needed). It does nothing off FUSE.
 func bhAbortFuse(t *testing.T, dir string) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		t.Logf("cannot abort: %v", err)
 		return
 	}
 	conn, best := "", ""
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		sep := -1
-		for i, x := range f {
-			if x == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+1 >= len(f) || !strings.HasPrefix(f[sep+1], "fuse") {
+	for _, m := range mounts {
+		if !strings.HasPrefix(m.Type, "fuse") {
 			continue
 		}
-		mp := f[4]
+		mp := m.Point
 		if (dir == mp || strings.HasPrefix(dir, mp+"/")) && len(mp) > len(best) {
-			best, conn = mp, f[2][strings.IndexByte(f[2], ':')+1:]
+			best, conn = mp, m.Dev[strings.IndexByte(m.Dev, ':')+1:]
 		}
 	}
 	if conn == "" {

@@ -454,6 +454,11 @@ func (a *apache) stop() error {
 		<-done
 		a.err = errors.New("apache2 did not stop within 30 s after SIGTERM: killed")
 	}
+	// The parent may exit a moment before its last children (a CGI
+	// script still in its sleep): give them up to 10 s to go.
+	for i := 0; i < 200 && syscall.Kill(-pid, 0) == nil; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if syscall.Kill(-pid, 0) == nil {
 		syscall.Kill(-pid, syscall.SIGKILL)
 		a.err = errors.Join(a.err, errors.New("apache2 left processes behind: killed"))

@@ -13,7 +13,7 @@ import (
 // synchronous=NORMAL, each BEGIN IMMEDIATE, read a counter, write it
 // plus one, COMMIT, on a connection kept open (a FastCGI process's);
 // the count must be exact. On safefs the database, its WAL and its
-// shared-memory index are raw files (fs/raw.go), served in place.
+// shared-memory index are raw files (fs/rawfile.go), served in place.
 const (
 	python = "/usr/bin/python3" // Debian's, with its sqlite3 module
 

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/safefs/safefs/internal/mountinfo"
 )
 
 // crashEnv names the daemon's crash-point variable (see fs/root.go).
@@ -65,7 +67,7 @@ func mountType(t *testing.T, path string) (fstype string, ok bool) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) >= 3 && unescapeMountField(f[1]) == path {
+		if len(f) >= 3 && mountinfo.Unescape(f[1]) == path {
 			fstype, ok = f[2], true // the last one is the one on top
 		}
 	}

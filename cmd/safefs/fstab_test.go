@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/mountinfo"
 )
 
 // nsMount runs mount(8) with args in a private mount namespace where
@@ -132,7 +134,7 @@ func nsMountType(t *testing.T, pid int, path string) (string, bool) {
 	fstype, ok := "", false
 	for line := range strings.Lines(string(data)) {
 		f := strings.Fields(line)
-		if len(f) >= 3 && unescapeMountField(f[1]) == path {
+		if len(f) >= 3 && mountinfo.Unescape(f[1]) == path {
 			fstype, ok = f[2], true
 		}
 	}

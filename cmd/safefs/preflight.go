@@ -1,24 +1,21 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/safefs/safefs/internal/mountinfo"
 )
 
 // devFuseEnv names a hidden environment variable, for tests only: the path
 // preflight checks instead of /dev/fuse, so a test can simulate a machine
 // without FUSE. It is not documented to users and fs ignores it.
 const devFuseEnv = "SAFEFS_DEV_FUSE"
-
-const mountinfoPath = "/proc/self/mountinfo"
 
 // preflightMount refuses, before anything is touched, every setup we can
 // recognise as wrong. It returns BACKING and MOUNTPOINT absolute and free
@@ -113,52 +110,16 @@ func isWithin(path, parent string) bool {
 }
 
 func checkNotMounted(m string) error {
-	f, err := os.Open(mountinfoPath)
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return fmt.Errorf("read mount table: %w", err)
 	}
-	defer f.Close()
-	points, err := mountPoints(f)
-	if err != nil {
-		return fmt.Errorf("read mount table: %w", err)
-	}
-	for _, p := range points {
-		if p == m {
+	for _, p := range mounts {
+		if p.Point == m {
 			return failf(exitMounted, "mountpoint %s is already a mount point; unmount it or choose another directory", m)
 		}
 	}
 	return nil
-}
-
-// mountPoints returns the mount point column (the fifth) of a
-// /proc/self/mountinfo table.
-func mountPoints(r io.Reader) ([]string, error) {
-	var points []string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 {
-			points = append(points, unescapeMountField(fields[4]))
-		}
-	}
-	return points, sc.Err()
-}
-
-// unescapeMountField undoes the kernel's octal escapes (\040 for a space,
-// \011, \012, \134) in a mount table field.
-func unescapeMountField(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func devFusePath() string {

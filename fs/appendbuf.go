@@ -43,19 +43,19 @@ func (b *appendBuffers) give(n int) { b.all.Add(-int64(n)) }
 // old way, which does not count it.
 func (h *handle) bufferWrite(data []byte, off int64) bool {
 	r := h.n.r
-	if h.made && !h.dirty && h.stage == nil && h.base == h.first && h.baseVer == h.n.f.ver() {
+	if h.p.made && !h.p.dirty && h.p.stage == nil && h.base == h.first && h.baseVer == h.n.f.ver() {
 		// The first write, and the file is still the empty one its
 		// create made: the pending version starts empty.
-		h.newFile = true
+		h.p.newFile = true
 	}
-	next := h.append && !h.atEnd || h.newFile && off == int64(len(h.buf))
-	if len(data) == 0 || !next || h.stage != nil || r.clustered() || h.mapped.Load() ||
-		len(h.buf)+len(data) > appendBufMax || !r.appendBufs.take(len(data)) {
+	next := h.p.append && !h.p.atEnd || h.p.newFile && off == int64(len(h.p.buf))
+	if len(data) == 0 || !next || h.p.stage != nil || r.clustered() || h.mapped.Load() ||
+		len(h.p.buf)+len(data) > appendBufMax || !r.appendBufs.take(len(data)) {
 		return false
 	}
-	h.buf = append(h.buf, data...)
-	if h.newFile {
-		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &h.wroteAt)
+	h.p.buf = append(h.p.buf, data...)
+	if h.p.newFile {
+		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &h.p.wroteAt)
 	}
 	return true
 }
@@ -65,37 +65,32 @@ func (h *handle) bufferWrite(data []byte, off int64) bool {
 // holds the file's lock. A new file's pending version is whole, so its
 // staging file is named (a replace renames it), even when empty.
 func (h *handle) spill() error {
-	if len(h.buf) == 0 && !h.newFile {
+	if len(h.p.buf) == 0 && !h.p.newFile {
 		return nil
 	}
 	take := h.n.r.pool.TakeNameless
-	if h.newFile {
+	if h.p.newFile {
 		take = h.n.r.pool.Take
 	}
 	f, nm, err := take()
 	if err != nil {
 		return err
 	}
-	if len(h.buf) > 0 {
-		if _, err := unix.Pwrite(int(f.Fd()), h.buf, 0); err != nil {
+	if len(h.p.buf) > 0 {
+		if _, err := unix.Pwrite(int(f.Fd()), h.p.buf, 0); err != nil {
 			h.n.r.dropTemp(h.n.r.stagingfd, f, nm)
 			return err
 		}
 	}
-	h.stage, h.stageNm, h.newFile = f, nm, false
-	h.dropBuf()
+	h.p.stage, h.p.stageNm, h.p.newFile = f, nm, false
+	h.p.dropBuf(h.n.r)
 	return nil
-}
-
-func (h *handle) dropBuf() {
-	h.n.r.appendBufs.give(len(h.buf))
-	h.buf = nil
 }
 
 // spillNew gives a new file's writer its staging file, for what needs
 // the pending version as a file.
 func (h *handle) spillNew() error {
-	if !h.newFile {
+	if !h.p.newFile {
 		return nil
 	}
 	return h.spill()
@@ -108,10 +103,10 @@ func (h *handle) statNew() (unix.Stat_t, error) {
 	if err != nil {
 		return st, err
 	}
-	st.Size = int64(len(h.buf))
+	st.Size = int64(len(h.p.buf))
 	if bs := int64(max(st.Blksize, 512)); st.Size > 0 {
 		st.Blocks = (st.Size + bs - 1) / bs * bs / 512
-		st.Mtim, st.Ctim = h.wroteAt, h.wroteAt
+		st.Mtim, st.Ctim = h.p.wroteAt, h.p.wroteAt
 	}
 	h.seen.Store(st.Size)
 	return st, nil
@@ -132,8 +127,8 @@ func (h *handle) commitNew(g grant) (onBase bool, err error) {
 		}
 		return false, h.commitWhole(g)
 	}
-	if len(h.buf) == 0 {
-		h.discard() // the empty file is the new version
+	if len(h.p.buf) == 0 {
+		h.p.discard(h.n.r) // the empty file is the new version
 		return true, nil
 	}
 	return h.commitAppend(g)

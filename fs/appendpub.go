@@ -68,17 +68,17 @@ var errPublishLater = errors.New("file's lock not taken: publish tried again lat
 // made its pending version whole (atEnd): that is a rewrite, committed
 // at close, fsync or unlock only.
 func (h *handle) publishes() bool {
-	return h.append && !h.atEnd && !h.private && h.n.r.opts.AppendPublish > 0
+	return h.p.append && !h.p.atEnd && !h.private && h.n.r.opts.AppendPublish > 0
 }
 
-// wroteAppend follows a write that left pending bytes to an appender
+// wroteAppend follows a write that left size bytes pending to an appender
 // (h.mu held): it publishes them at once at the bound, else arms the
 // timer.
-func (h *handle) wroteAppend(pending int64) {
+func (h *handle) wroteAppend(size int64) {
 	if !h.publishes() {
 		return
 	}
-	if _, named := h.n.f.anyName(); pending >= appendPendMax && named && !h.pub.later {
+	if _, named := h.n.f.anyName(); size >= appendPendMax && named && !h.pub.later {
 		// (An unlinked file keeps its appends pending, as its data;
 		// after a busy lock, the timer tries again, not each write.)
 		h.softPublish(appendPendMax / 2)
@@ -88,7 +88,7 @@ func (h *handle) wroteAppend(pending int64) {
 
 // armPublish sets the timer unless it is set or nothing is pending.
 func (h *handle) armPublish() {
-	if h.pub.armed || !h.dirty {
+	if h.pub.armed || !h.p.dirty {
 		return
 	}
 	h.pub.armed = true
@@ -115,7 +115,7 @@ func (h *handle) publishDue() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pub.armed = false
-	if h.closed || h.killed || !h.dirty || !h.publishes() {
+	if h.closed || h.p.killed || !h.p.dirty || !h.publishes() {
 		return
 	}
 	h.softPublish(0)
@@ -176,33 +176,24 @@ func (h *handle) publishLines(look int64) error {
 	return err
 }
 
-// pendingSize is the size of h's pending appends.
-func (h *handle) pendingSize() (int64, error) {
-	if h.stage == nil {
-		return int64(len(h.buf)), nil
-	}
-	st, err := backing.Fstat(int(h.stage.Fd()))
-	return st.Size, err
-}
-
 // linesEnd returns how many of h's pending bytes end with their last
 // complete line, 0 if none does (publishLines for look).
 func (h *handle) linesEnd(look int64) (int64, error) {
-	if h.stage == nil { // at most appendBufMax, under look
-		return int64(bytes.LastIndexByte(h.buf, '\n') + 1), nil
+	if h.p.stage == nil { // at most appendBufMax, under look
+		return int64(bytes.LastIndexByte(h.p.buf, '\n') + 1), nil
 	}
-	size, err := h.pendingSize()
+	size, err := h.p.size()
 	if err != nil {
 		return 0, err
 	}
 	from := int64(0)
-	if h.pub.noNLOf == h.stage {
+	if h.pub.noNLOf == h.p.stage {
 		from = min(h.pub.noNL, size)
 	}
 	if look > 0 {
 		from = max(from, size-look)
 	}
-	at, err := staging.LastNewline(h.stage, from, size)
+	at, err := staging.LastNewline(h.p.stage, from, size)
 	switch {
 	case err != nil:
 		return 0, err
@@ -211,7 +202,7 @@ func (h *handle) linesEnd(look int64) (int64, error) {
 	case look > 0:
 		return size, nil
 	}
-	h.pub.noNLOf, h.pub.noNL = h.stage, size
+	h.pub.noNLOf, h.pub.noNL = h.p.stage, size
 	return 0, nil
 }
 
@@ -234,22 +225,22 @@ func (t pendingTail) empty() bool { return t.f == nil && len(t.buf) == 0 }
 func (h *handle) cutPending(n int64) (pendingTail, error) {
 	var t pendingTail
 	r := h.n.r
-	if h.stage == nil {
-		if int(n) < len(h.buf) {
-			t.buf = bytes.Clone(h.buf[n:])
-			r.appendBufs.give(len(h.buf) - int(n))
-			h.buf = h.buf[:n]
+	if h.p.stage == nil {
+		if int(n) < len(h.p.buf) {
+			t.buf = bytes.Clone(h.p.buf[n:])
+			r.appendBufs.give(len(h.p.buf) - int(n))
+			h.p.buf = h.p.buf[:n]
 		}
 		return t, nil
 	}
-	size, err := h.pendingSize()
+	size, err := h.p.size()
 	if err != nil || size == n {
 		return t, err
 	}
 	rest := size - n
 	if rest <= appendBufMax && !r.clustered() {
 		t.buf = make([]byte, rest)
-		if _, err := h.stage.ReadAt(t.buf, n); err != nil {
+		if _, err := h.p.stage.ReadAt(t.buf, n); err != nil {
 			return pendingTail{}, err
 		}
 	} else {
@@ -261,13 +252,13 @@ func (h *handle) cutPending(n int64) (pendingTail, error) {
 		if err != nil {
 			return pendingTail{}, err
 		}
-		if err := staging.CopyRange(f, 0, h.stage, n, rest); err != nil {
+		if err := staging.CopyRange(f, 0, h.p.stage, n, rest); err != nil {
 			r.dropTemp(r.stagingfd, f, nm)
 			return pendingTail{}, err
 		}
 		t.f, t.nm = f, nm
 	}
-	if err := unix.Ftruncate(int(h.stage.Fd()), n); err != nil {
+	if err := unix.Ftruncate(int(h.p.stage.Fd()), n); err != nil {
 		if t.f != nil {
 			r.dropTemp(r.stagingfd, t.f, t.nm)
 		}
@@ -281,12 +272,12 @@ func (h *handle) cutPending(n int64) (pendingTail, error) {
 func (h *handle) putBack(t pendingTail) error {
 	r := h.n.r
 	switch {
-	case t.f != nil && h.stage == nil && len(h.buf) == 0:
-		h.stage, h.stageNm = t.f, t.nm
+	case t.f != nil && h.p.stage == nil && len(h.p.buf) == 0:
+		h.p.stage, h.p.stageNm = t.f, t.nm
 	case t.f != nil:
 		err := h.copyUp(true) // spills the buffer, if any, first
 		if err == nil {
-			err = staging.AppendTo(h.stage, t.f)
+			err = staging.AppendTo(h.p.stage, t.f)
 		}
 		r.dropTemp(r.stagingfd, t.f, t.nm)
 		if err != nil {
@@ -296,15 +287,15 @@ func (h *handle) putBack(t pendingTail) error {
 		if err := h.copyUp(true); err != nil {
 			return err
 		}
-		st, err := backing.Fstat(int(h.stage.Fd()))
+		st, err := backing.Fstat(int(h.p.stage.Fd()))
 		if err != nil {
 			return err
 		}
-		if _, err := unix.Pwrite(int(h.stage.Fd()), t.buf, st.Size); err != nil {
+		if _, err := unix.Pwrite(int(h.p.stage.Fd()), t.buf, st.Size); err != nil {
 			return err
 		}
 	}
-	h.dirty = true
+	h.p.dirty = true
 	h.settled.Store(0)
 	return nil
 }
@@ -314,8 +305,8 @@ func (h *handle) putBack(t pendingTail) error {
 // goes to the end of the file then current, as on a plain file, and its
 // lines are published again.
 func (h *handle) appendAgain() {
-	if h.atEnd && h.stage == nil && len(h.buf) == 0 {
-		h.append, h.atEnd = true, false
+	if h.p.atEnd && h.p.stage == nil && len(h.p.buf) == 0 {
+		h.p.append, h.p.atEnd = true, false
 	}
 }
 

@@ -47,8 +47,8 @@ func (f *file) quiet() bool {
 // nothing shows the empty file its create made: that version too, as
 // long as no commit came since. h.mu is held.
 func (h *handle) settle() {
-	pending := h.dirty && !(h.newFile && len(h.buf) == 0)
-	if !h.write || pending || h.stage != nil || h.mapped.Load() {
+	pending := h.p.dirty && !(h.p.newFile && len(h.p.buf) == 0)
+	if !h.write || pending || h.p.stage != nil || h.mapped.Load() {
 		return
 	}
 	f := h.n.f
@@ -155,12 +155,12 @@ func (n *Node) permChanged() {
 // noteSize records the sizes kernelSize reads after a change (h.mu is
 // held): the pending size of a writer, and what a mapped handle shows.
 func (h *handle) noteSize() {
-	if h.newFile {
-		h.staged.Store(int64(len(h.buf)) + 1)
+	if h.p.newFile {
+		h.p.staged.Store(int64(len(h.p.buf)) + 1)
 	}
-	if h.stage != nil && !h.append {
-		if st, err := backing.Fstat(int(h.stage.Fd())); err == nil {
-			h.staged.Store(st.Size + 1)
+	if h.p.stage != nil && !h.p.append {
+		if st, err := backing.Fstat(int(h.p.stage.Fd())); err == nil {
+			h.p.staged.Store(st.Size + 1)
 		}
 	}
 	if h.mapped.Load() {
@@ -186,7 +186,7 @@ func (f *file) kernelSize(staged bool) (size int64, in *gofs.Inode) {
 		if h.mapped.Load() {
 			size, in = max(size, h.seen.Load()), h.n.EmbeddedInode()
 		}
-		if s := h.staged.Load(); staged && s > 0 {
+		if s := h.p.staged.Load(); staged && s > 0 {
 			size, in = max(size, s-1), h.n.EmbeddedInode()
 		}
 	}

@@ -44,14 +44,14 @@ func (h *handle) commitLocked() error {
 	base := h.base
 	onBase := false // the commit wrote base's own inode
 	switch {
-	case h.append && h.appendReplaces():
+	case h.p.append && h.appendReplaces():
 		// A passed-through reader reads the committed inode itself.
 		if err = h.unappend(false); err == nil {
 			err = h.commitWhole(g)
 		}
-	case h.append:
+	case h.p.append:
 		onBase, err = h.commitAppend(g)
-	case h.newFile:
+	case h.p.newFile:
 		onBase, err = h.commitNew(g)
 	default:
 		err = h.commitWhole(g)
@@ -142,7 +142,7 @@ func (v named) reopen(flags int) (*os.File, error) {
 func (h *handle) commitWhole(g grant) error {
 	v, err := h.n.locate(g)
 	if errors.Is(err, errUnlinked) {
-		h.dirty = false
+		h.p.dirty = false
 		return nil
 	}
 	if err != nil {

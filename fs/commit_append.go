@@ -21,7 +21,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	r := h.n.r
 	v, err := h.locateBase(g)
 	if errors.Is(err, errUnlinked) {
-		h.dirty = false
+		h.p.dirty = false
 		return false, nil
 	}
 	if err != nil {
@@ -35,7 +35,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	if !onBase {
 		defer target.Close()
 	}
-	if h.newFile && (!onBase || st.Size != 0) {
+	if h.p.newFile && (!onBase || st.Size != 0) {
 		// Not the empty file its create made: changed in BACKING.
 		return false, syscall.ESTALE
 	}
@@ -52,10 +52,10 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	if r.clustered() {
 		// Recovery tells its own partial bytes from other daemons'
 		// appends by them (journal settleAppend).
-		rec.Staging = h.stageNm
+		rec.Staging = h.p.stageNm
 	}
 	if h.redo(n) {
-		rec.Kind, rec.Data = journal.RedoAppend, h.buf
+		rec.Kind, rec.Data = journal.RedoAppend, h.p.buf
 	}
 	at := crashKind(rec)
 	e, err := r.jr.Begin(rec)
@@ -77,7 +77,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 		r.crash(at + "-written")
 		if rec.Redo() {
 			// Committed: the record is durable with the bytes.
-			h.discard()
+			h.p.discard(h.n.r)
 			return onBase, r.redoQueued(keyOf(&st), fd, e, int(n))
 		}
 		if r.opts.Durable {
@@ -97,7 +97,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 		err = e.CommitLazy()
 	}
 	r.crash("append-ended")
-	h.discard()
+	h.p.discard(h.n.r)
 	return onBase, err
 }
 
@@ -156,18 +156,18 @@ func (h *handle) appendTarget(v named) (target *os.File, st unix.Stat_t, onBase 
 // checking there is room for the daemon to write them for the handle's
 // user.
 func (h *handle) pendingAppend() (int64, uint32, error) {
-	if h.stage == nil {
-		n := int64(len(h.buf))
-		return n, journal.Checksum(h.buf), h.n.r.roomFor(h.uid, n)
+	if h.p.stage == nil {
+		n := int64(len(h.p.buf))
+		return n, journal.Checksum(h.p.buf), h.n.r.roomFor(h.uid, n)
 	}
-	ps, err := backing.Fstat(int(h.stage.Fd()))
+	ps, err := backing.Fstat(int(h.p.stage.Fd()))
 	if err != nil {
 		return 0, 0, err
 	}
 	if err := h.n.r.roomFor(h.uid, ps.Blocks*512); err != nil {
 		return 0, 0, err
 	}
-	crc, err := journal.CRC(h.stage, 0, ps.Size)
+	crc, err := journal.CRC(h.p.stage, 0, ps.Size)
 	return ps.Size, crc, err
 }
 
@@ -177,7 +177,7 @@ func (h *handle) pendingAppend() (int64, uint32, error) {
 // written under f.inPlace, so readers through the mount see all of them
 // or none.
 func (h *handle) writeAppend(target *os.File, size, n int64, g grant, at string) error {
-	if h.stage == nil || n <= appendAtomicMax {
+	if h.p.stage == nil || n <= appendAtomicMax {
 		h.n.f.inPlace.Lock()
 		defer h.n.f.inPlace.Unlock()
 	}
@@ -220,10 +220,10 @@ func (h *handle) copyAppend(target *os.File, size, n int64, g grant) error {
 // copyAppendPart writes n pending bytes from src on, at dst in target:
 // from the buffer or the staging file.
 func (h *handle) copyAppendPart(target *os.File, dst, src, n int64) error {
-	if h.stage != nil {
-		return staging.CopyRange(target, dst, h.stage, src, n)
+	if h.p.stage != nil {
+		return staging.CopyRange(target, dst, h.p.stage, src, n)
 	}
-	_, err := target.WriteAt(h.buf[src:src+n], dst)
+	_, err := target.WriteAt(h.p.buf[src:src+n], dst)
 	return err
 }
 

@@ -84,7 +84,7 @@ func (h *handle) commitInPlace(g grant, v named) error {
 	// leaves orphans that recovery sweeps, never an undo to replay.
 	err = e.Commit()
 	r.crash("inplace-ended")
-	h.discard()
+	h.p.discard(h.n.r)
 	return err
 }
 
@@ -97,7 +97,7 @@ func (h *handle) writeInPlace(target *os.File, st *unix.Stat_t) error {
 		return err
 	}
 	r.crash("inplace-truncated")
-	if err := staging.CopyData(target, h.stage); err != nil {
+	if err := staging.CopyData(target, h.p.stage); err != nil {
 		return err
 	}
 	if r.opts.Durable {

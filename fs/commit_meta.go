@@ -28,7 +28,7 @@ func (h *handle) keptMode(mode uint32) uint32 {
 // attributes (ACLs among them) of the version it replaces.
 func (h *handle) carryMeta(v named) error {
 	old := &v.st
-	fd := int(h.stage.Fd())
+	fd := int(h.p.stage.Fd())
 	if err := unix.Fchown(fd, int(old.Uid), int(old.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
 		return err
 	}

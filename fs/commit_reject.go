@@ -48,7 +48,7 @@ func keptCost(st *unix.Stat_t) int64 { return max(st.Blocks*512, minKeptCost) }
 // left to keep. One line is logged, at most a few per interval.
 func (h *handle) reject(why error) error {
 	r := h.n.r
-	if h.stage == nil && len(h.buf) == 0 && !h.newFile {
+	if !h.p.holds() {
 		// Failed after its rename: the new version is in place, but
 		// its directory's fsync failed: it may not survive a crash.
 		r.log.Error("commit made but not durable", zap.String("path", logPath(h.n.path())), zap.Error(why))
@@ -78,27 +78,26 @@ func (h *handle) keep() string {
 	r := h.n.r
 	if err := h.spill(); err != nil {
 		r.count.dropped.Add(1)
-		h.discard()
+		h.p.discard(h.n.r)
 		return ""
 	}
-	st, err := backing.Fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.p.stage.Fd()))
 	if err != nil || !r.kept.Take(h.uid, keptCost(&st)) {
 		r.count.dropped.Add(1)
-		h.discard()
+		h.p.discard(h.n.r)
 		return ""
 	}
-	nm := keptName(h.uid, cmp.Or(h.stageNm, staging.TempName()))
+	nm := keptName(h.uid, cmp.Or(h.p.stageNm, staging.TempName()))
 	if err := h.moveToRejected(nm); err != nil {
 		r.log.Error("could not keep rejected bytes", zap.String("path", logPath(h.n.path())), zap.Error(err))
 		r.kept.Take(h.uid, -keptCost(&st))
 		r.count.dropped.Add(1)
-		h.discard()
+		h.p.discard(h.n.r)
 		return ""
 	}
 	r.kept.Kept()
-	h.stage.Close()
-	h.stage, h.stageNm, h.dirty = nil, "", false
-	h.staged.Store(0)
+	h.p.stage.Close()
+	h.p.taken()
 	return nm
 }
 
@@ -107,22 +106,22 @@ func (h *handle) keep() string {
 // or copied where the daemon may not link descriptors.
 func (h *handle) moveToRejected(nm string) error {
 	r := h.n.r
-	if h.stageNm != "" {
-		return backing.RenameAt(r.stagingfd, h.stageNm, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
+	if h.p.stageNm != "" {
+		return backing.RenameAt(r.stagingfd, h.p.stageNm, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
 	}
-	if unix.Linkat(int(h.stage.Fd()), "", r.rejectedfd, nm, unix.AT_EMPTY_PATH) == nil {
+	if unix.Linkat(int(h.p.stage.Fd()), "", r.rejectedfd, nm, unix.AT_EMPTY_PATH) == nil {
 		return nil
 	}
 	named, tmp, err := staging.NewTemp(r.stagingfd)
 	if err != nil {
 		return err
 	}
-	if err := staging.CopyData(named, h.stage); err != nil {
+	if err := staging.CopyData(named, h.p.stage); err != nil {
 		r.dropTemp(r.stagingfd, named, tmp)
 		return err
 	}
-	h.stage.Close()
-	h.stage, h.stageNm = named, tmp
+	h.p.stage.Close()
+	h.p.stage, h.p.stageNm = named, tmp
 	return backing.RenameAt(r.stagingfd, tmp, r.rejectedfd, nm, unix.RENAME_NOREPLACE)
 }
 

@@ -15,7 +15,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 		return err
 	}
 	if r.opts.Durable {
-		if err := h.stage.Sync(); err != nil {
+		if err := h.p.stage.Sync(); err != nil {
 			return fmt.Errorf("fsync staging: %w", err)
 		}
 	}
@@ -33,7 +33,7 @@ func (h *handle) commitReplace(g grant, v named) error {
 		return err
 	}
 	defer e.Abort()
-	st, err := backing.Fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.p.stage.Fd()))
 	if err != nil {
 		return err
 	}
@@ -60,17 +60,16 @@ func (h *handle) commitReplace(g grant, v named) error {
 		return err
 	}
 	r.ids.alias(h.n.f, keyOf(&st))
-	if err := backing.RenameAt(r.stagingfd, h.stageNm, v.dir, v.nm, 0); err != nil {
+	if err := backing.RenameAt(r.stagingfd, h.p.stageNm, v.dir, v.nm, 0); err != nil {
 		r.ids.unalias(h.n.f, keyOf(&st))
 		return err
 	}
 	// The new version is in place: from here on, failure to sync is
 	// reported but the commit is not undone.
 	r.ids.rekey(h.n.f, keyOf(&st))
-	h.n.f.repin(int(h.stage.Fd()))
-	h.setBase(h.stage, 0)
-	h.stage, h.stageNm, h.dirty = nil, "", false
-	h.staged.Store(0)
+	h.n.f.repin(int(h.p.stage.Fd()))
+	h.setBase(h.p.stage, 0)
+	h.p.taken()
 	r.crash("replace-after-rename")
 	if syncDir >= 0 {
 		if err := v.in.f.syncDir(syncDir); err != nil {
@@ -87,5 +86,5 @@ func (h *handle) replaceRecord(g grant) (*journal.Entry, error) {
 	if !h.n.r.clustered() {
 		return nil, nil
 	}
-	return h.n.r.jr.Begin(journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.stageNm, Rev: g.Token()})
+	return h.n.r.jr.Begin(journal.Record{Kind: journal.Replace, Target: h.n.path(), Staging: h.p.stageNm, Rev: g.Token()})
 }

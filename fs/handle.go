@@ -13,16 +13,12 @@ import (
 
 // handle is one open file. A reader reads the version it opened. A
 // writer reads the latest committed version until its first write, then
-// works on a private staging copy that a commit publishes whole.
+// works on its pending version (p), which a commit publishes whole.
 type handle struct {
 	n *Node
 
-	mu     sync.Mutex
-	write  bool
-	append bool // pending bytes are appends, placed at the end at commit
-	// atEnd: an O_APPEND descriptor whose pending version became whole
-	// (see unappend): its writes go to the end of that version.
-	atEnd    bool
+	mu       sync.Mutex
+	write    bool
 	uid, gid uint32 // the opener, for set-id handling at commit
 	tid      uint32 // the opener's thread
 	tgid     uint32 // the opener's process, 0 if unknown
@@ -32,25 +28,8 @@ type handle struct {
 	shared  *sharedFile // first is this node's version descriptor, not the handle's own
 	base    *os.File    // committed version: what reads see without staging
 	baseVer uint64      // f.version when base was opened
-	stage   *os.File    // pending version, nil when clean
-	stageNm string
-	buf     []byte // pending appends not in stage yet (appendbuf.go)
-	// newFile: this handle's create made the file and its pending
-	// version is buf, whole, with no staging file until something needs
-	// one (appendbuf.go). made: the create was this handle's, and it has
-	// not committed: without O_TRUNC, newFile starts at the first write
-	// if no commit came since.
-	newFile, made bool
-	wroteAt       unix.Timespec // a new file's last buffered write: its mtime
-	dirty         bool          // stage or buf holds changes no commit has published
-	// killed: the last FLUSH came from a process killed by a signal, so
-	// RELEASE must not commit what it left; a live close or write clears it.
-	killed bool
-	// truncOnly: the pending version is only the open's O_TRUNC, nothing
-	// written yet. A shell's `cmd > file` closes such a descriptor after
-	// moving it to stdout: that close must not publish an empty file.
-	truncOnly bool
-	flushed   atomic.Bool // closed once and not used since: likely not what a stat means
+	p       pending     // the pending version (pending.go), under mu
+	flushed atomic.Bool // closed once and not used since: likely not what a stat means
 	// noFlush: a reader whose closes the kernel does not send (FOPEN_NOFLUSH).
 	noFlush atomic.Bool
 	// wrote: a write(2) reached this handle since its open or settle, so
@@ -69,9 +48,6 @@ type handle struct {
 	// mappedSize); seen: the size this handle last showed, for a map.
 	mapped atomic.Bool
 	seen   atomic.Int64
-	// staged: 1 + the size of the pending version of a writer that is
-	// not appending, 0 if none (kernelSize).
-	staged atomic.Int64
 	rmw    rmwHandle
 	pt     bool // opened with the file's backing ID (passthrough.go)
 	ptNode bool // opened with its node's backing ID (roles_pt.go)
@@ -118,7 +94,7 @@ func (h *handle) refresh() error {
 	f.mu.Unlock()
 	// An appender's pending bytes do not depend on base: it follows too.
 	// A raw handle's base is the file's one inode.
-	if h.raw || !h.write || (h.stage != nil && !h.append) || ver == h.baseVer {
+	if h.raw || !h.write || (h.p.stage != nil && !h.p.append) || ver == h.baseVer {
 		return nil
 	}
 	fd, err := h.n.openCurrent(h.baseFlags())
@@ -147,7 +123,7 @@ func (h *handle) rank() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case h.stage != nil, h.newFile:
+	case h.p.stage != nil, h.p.newFile:
 		return 2
 	case h.flushed.Load():
 		return 0
@@ -161,14 +137,4 @@ func (h *handle) setBase(f *os.File, ver uint64) {
 		h.base.Close()
 	}
 	h.base, h.baseVer = f, ver
-}
-
-// discard drops the pending version.
-func (h *handle) discard() {
-	if h.stage != nil {
-		h.n.r.dropTemp(h.n.r.stagingfd, h.stage, h.stageNm)
-	}
-	h.dropBuf()
-	h.stage, h.stageNm, h.dirty, h.newFile, h.made = nil, "", false, false, false
-	h.staged.Store(0)
 }

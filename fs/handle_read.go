@@ -42,24 +42,24 @@ func (h *handle) pread(dest []byte, off int64) (int, error) {
 	if err := h.spill(); err != nil {
 		return 0, err
 	}
-	if h.stage == nil {
+	if h.p.stage == nil {
 		return unix.Pread(int(h.base.Fd()), dest, off)
 	}
-	if !h.append {
-		return unix.Pread(int(h.stage.Fd()), dest, off)
+	if !h.p.append {
+		return unix.Pread(int(h.p.stage.Fd()), dest, off)
 	}
 	st, err := backing.Fstat(int(h.base.Fd()))
 	if err != nil {
 		return 0, err
 	}
 	if off >= st.Size {
-		return unix.Pread(int(h.stage.Fd()), dest, off-st.Size)
+		return unix.Pread(int(h.p.stage.Fd()), dest, off-st.Size)
 	}
 	n, err := unix.Pread(int(h.base.Fd()), dest[:min(int64(len(dest)), st.Size-off)], off)
 	if err != nil || n < len(dest) && off+int64(n) < st.Size {
 		return n, err
 	}
-	m, err := unix.Pread(int(h.stage.Fd()), dest[n:], 0)
+	m, err := unix.Pread(int(h.p.stage.Fd()), dest[n:], 0)
 	return n + max(m, 0), err
 }
 
@@ -70,8 +70,8 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 		return 0, h.errno(err)
 	}
 	src := h.base
-	if h.stage != nil && !h.append {
-		src = h.stage
+	if h.p.stage != nil && !h.p.append {
+		src = h.p.stage
 	}
 	n, err := unix.Seek(int(src.Fd()), int64(off), int(whence))
 	if err != nil {
@@ -98,7 +98,7 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 	if err := h.refresh(); err != nil {
 		return unix.Stat_t{}, err
 	}
-	if h.newFile {
+	if h.p.newFile {
 		return h.statNew()
 	}
 	if err := h.spill(); err != nil {
@@ -107,23 +107,23 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 	h.n.f.inPlace.RLock()
 	st, err := backing.Fstat(int(h.base.Fd()))
 	h.n.f.inPlace.RUnlock()
-	if err != nil || h.stage == nil {
+	if err != nil || h.p.stage == nil {
 		if err == nil {
 			h.seen.Store(st.Size)
 		}
 		return st, err
 	}
-	ps, err := backing.Fstat(int(h.stage.Fd()))
+	ps, err := backing.Fstat(int(h.p.stage.Fd()))
 	if err != nil {
 		return st, err
 	}
-	if h.append {
+	if h.p.append {
 		st.Size, st.Blocks = st.Size+ps.Size, st.Blocks+ps.Blocks
 	} else {
 		st.Size, st.Blocks = ps.Size, ps.Blocks
 	}
 	st.Mtim, st.Ctim = ps.Mtim, ps.Ctim
-	if h.dirty {
+	if h.p.dirty {
 		// A non-root writer's change drops set-id bits (at its commit:
 		// keptMode), as a write does at once on a local file system.
 		st.Mode = st.Mode&^07777 | h.keptMode(st.Mode)

@@ -17,7 +17,7 @@ func (h *handle) copyUp(empty bool) error {
 	if err := h.spill(); err != nil {
 		return err
 	}
-	if h.stage != nil {
+	if h.p.stage != nil {
 		return nil
 	}
 	if err := h.refresh(); err != nil {
@@ -36,7 +36,7 @@ func (h *handle) copyUp(empty bool) error {
 		}
 	}
 	take := h.n.r.pool.Take
-	if empty && h.append && !h.n.r.clustered() {
+	if empty && h.p.append && !h.n.r.clustered() {
 		// A cluster's recovery reads a cut-off append's staging file
 		// by its name (journal settleAppend).
 		take = h.n.r.pool.TakeNameless
@@ -51,7 +51,7 @@ func (h *handle) copyUp(empty bool) error {
 			return err
 		}
 	}
-	h.stage, h.stageNm = st, nm
+	h.p.stage, h.p.stageNm = st, nm
 	return nil
 }
 
@@ -82,25 +82,25 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	h.rmwWrite()
 	if h.bufferWrite(data, off) {
 		h.wroteBytes(ctx)
-		h.wroteAppend(int64(len(h.buf)))
+		h.wroteAppend(int64(len(h.p.buf)))
 		return uint32(len(data)), 0
 	}
 	if err := h.spill(); err != nil {
 		return 0, h.errno(err)
 	}
-	if err := h.copyUp(h.append); err != nil {
+	if err := h.copyUp(h.p.append); err != nil {
 		return 0, h.errno(err)
 	}
-	if h.append || h.atEnd {
+	if h.p.append || h.p.atEnd {
 		// The kernel's offset comes from its cached size: appends go
 		// after this handle's own pending bytes, placed at commit.
-		st, err := backing.Fstat(int(h.stage.Fd()))
+		st, err := backing.Fstat(int(h.p.stage.Fd()))
 		if err != nil {
 			return 0, h.errno(err)
 		}
 		off = st.Size
 	}
-	n, err := unix.Pwrite(int(h.stage.Fd()), data, off)
+	n, err := unix.Pwrite(int(h.p.stage.Fd()), data, off)
 	if n > 0 {
 		h.wroteBytes(ctx)
 		h.writeBehind(off + int64(n))
@@ -124,7 +124,7 @@ func (h *handle) wroteBytes(ctx context.Context) {
 // neither left by a killed process nor only the open's O_TRUNC.
 func (h *handle) changed() {
 	h.settled.Store(0)
-	h.dirty, h.killed, h.truncOnly = true, false, false
+	h.p.dirty, h.p.killed, h.p.truncOnly = true, false, false
 }
 
 // truncate is ftruncate on this handle: a change like a write.
@@ -146,7 +146,7 @@ func (h *handle) truncate(size uint64) error {
 	}
 	// Also on an empty staging file: a truncation sets mtime and ctime
 	// to now, and one the pool made ahead has older times.
-	if err := unix.Ftruncate(int(h.stage.Fd()), int64(size)); err != nil {
+	if err := unix.Ftruncate(int(h.p.stage.Fd()), int64(size)); err != nil {
 		return err
 	}
 	h.changed()
@@ -160,29 +160,29 @@ func (h *handle) truncate(size uint64) error {
 // then replaces the file, as any rewrite does: appends that others commit
 // meanwhile are not in it. Its later writes go to the end of its version.
 func (h *handle) unappend(empty bool) error {
-	if !h.append {
+	if !h.p.append {
 		return nil
 	}
 	if err := h.spill(); err != nil {
 		return err
 	}
-	pending, pendingNm := h.stage, h.stageNm
-	h.stage, h.stageNm, h.append = nil, "", false
+	appends, appendsNm := h.p.stage, h.p.stageNm
+	h.p.stage, h.p.stageNm, h.p.append = nil, "", false
 	err := h.copyUp(empty)
-	if err == nil && pending != nil && !empty {
-		err = staging.AppendTo(h.stage, pending)
+	if err == nil && appends != nil && !empty {
+		err = staging.AppendTo(h.p.stage, appends)
 	}
 	if err != nil {
-		if h.stage != nil {
-			h.n.r.dropTemp(h.n.r.stagingfd, h.stage, h.stageNm)
+		if h.p.stage != nil {
+			h.n.r.dropTemp(h.n.r.stagingfd, h.p.stage, h.p.stageNm)
 		}
-		h.stage, h.stageNm, h.append = pending, pendingNm, true
+		h.p.stage, h.p.stageNm, h.p.append = appends, appendsNm, true
 		return err
 	}
-	if pending != nil {
-		h.n.r.dropTemp(h.n.r.stagingfd, pending, pendingNm)
+	if appends != nil {
+		h.n.r.dropTemp(h.n.r.stagingfd, appends, appendsNm)
 	}
-	h.atEnd = true
+	h.p.atEnd = true
 	return nil
 }
 
@@ -204,7 +204,7 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	if err := h.copyUp(false); err != nil {
 		return h.errno(err)
 	}
-	if err := unix.Fallocate(int(h.stage.Fd()), mode, int64(off), int64(size)); err != nil {
+	if err := unix.Fallocate(int(h.p.stage.Fd()), mode, int64(off), int64(size)); err != nil {
 		return h.errno(err)
 	}
 	h.changed()

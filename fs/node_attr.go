@@ -104,10 +104,10 @@ func (h *handle) setMeta(in *fuse.SetAttrIn) error {
 	if err := h.spillNew(); err != nil {
 		return err
 	}
-	if h.stage == nil || h.append {
+	if h.p.stage == nil || h.p.append {
 		return nil
 	}
-	return setTimes(backing.ProcPath(int(h.stage.Fd())), in)
+	return setTimes(backing.ProcPath(int(h.p.stage.Fd())), in)
 }
 
 // truncate is ftruncate on a write handle (pending until close), or

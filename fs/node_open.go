@@ -72,20 +72,20 @@ func isWrite(flags uint32) bool {
 // an older one for the latest. made: the caller's create made base.
 func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags uint32, made bool) (*handle, error) {
 	h := n.handleOn(ctx, base, ver, flags)
-	h.made = made && h.write && !h.append && !n.r.clustered()
-	if h.made && flags&syscall.O_TRUNC != 0 {
+	h.p.made = made && h.write && !h.p.append && !n.r.clustered()
+	if h.p.made && flags&syscall.O_TRUNC != 0 {
 		// A new file's content starts empty and is kept in memory
 		// (appendbuf.go): no staging file at open.
-		h.newFile = true
+		h.p.newFile = true
 		h.changed()
-		h.truncOnly = true
+		h.p.truncOnly = true
 		h.noteSize()
 	} else if h.write && flags&syscall.O_TRUNC != 0 {
 		if err := h.truncate(0); err != nil {
 			base.Close()
 			return nil, err
 		}
-		h.truncOnly = true
+		h.p.truncOnly = true
 	}
 	// Until it writes, a writer shows the committed version (quiet).
 	h.settle()
@@ -96,7 +96,8 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 
 // handleOn is a new handle on base for the caller, not registered yet.
 func (n *Node) handleOn(ctx context.Context, base *os.File, ver uint64, flags uint32) *handle {
-	h := &handle{n: n, write: isWrite(flags), append: flags&syscall.O_APPEND != 0, first: base, base: base, baseVer: ver}
+	h := &handle{n: n, write: isWrite(flags), first: base, base: base, baseVer: ver}
+	h.p.append = flags&syscall.O_APPEND != 0
 	if c, ok := fuse.FromContext(ctx); ok {
 		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, proc.Tgid(c.Pid)
 	}

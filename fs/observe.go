@@ -6,7 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/proc"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
@@ -83,7 +82,7 @@ func (h *handle) obsStart() {
 		return
 	}
 	o := &commitObs{ev: CommitEvent{Time: time.Now(), Kind: KindReplace, UID: h.uid, PID: h.closer}}
-	if h.append {
+	if h.p.append {
 		o.ev.Kind = KindAppend
 	}
 	if o.ev.PID == 0 {
@@ -150,7 +149,7 @@ func (h *handle) obsKilled(pid uint32) {
 		return
 	}
 	ev := CommitEvent{Time: time.Now(), Path: h.n.path(), Kind: KindReplace, UID: h.uid, PID: pid}
-	if h.append {
+	if h.p.append {
 		ev.Kind = KindAppend
 	}
 	if ev.PID == 0 {
@@ -236,11 +235,9 @@ func (s *Server) Gauges() Gauges {
 // notePending records the pending size before a commit that may wait
 // with h.mu held: Gauges and Status report it meanwhile.
 func (h *handle) notePending() {
-	n := int64(len(h.buf))
-	if h.stage != nil {
-		if st, err := backing.Fstat(int(h.stage.Fd())); err == nil {
-			n = st.Size
-		}
+	n, err := h.p.size()
+	if err != nil {
+		n = int64(len(h.p.buf))
 	}
 	h.pendingSeen.Store(n)
 }

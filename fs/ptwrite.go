@@ -44,7 +44,7 @@ func (n *Node) ptWriter(ctx context.Context, h *handle, flags uint32) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.stage == nil || !h.ptBigBase() {
+	if h.p.stage == nil || !h.ptBigBase() {
 		return false
 	}
 	f := n.f
@@ -53,7 +53,7 @@ func (n *Node) ptWriter(ctx context.Context, h *handle, flags uint32) bool {
 	if !n.ptAlone(h) {
 		return false
 	}
-	id, ok := n.r.ptBackingWriter(h.stage)
+	id, ok := n.r.ptBackingWriter(h.p.stage)
 	if !ok {
 		return false
 	}
@@ -73,8 +73,8 @@ func (n *Node) ptWriter(ctx context.Context, h *handle, flags uint32) bool {
 func (n *Node) ptWriterMay(h *handle, flags uint32) bool {
 	r := n.r
 	return r.opts.PassthroughWrite && r.opts.VersionCache && r.opts.Passthrough && !r.pt.off.Load() &&
-		!r.clustered() && n.f.kind == unix.S_IFREG && h.write && !h.append && !h.private && h.rmw.sess == nil &&
-		flags&syscall.O_ACCMODE == syscall.O_WRONLY && flags&syscall.O_TRUNC != 0 && !h.made
+		!r.clustered() && n.f.kind == unix.S_IFREG && h.write && !h.p.append && !h.private && h.rmw.sess == nil &&
+		flags&syscall.O_ACCMODE == syscall.O_WRONLY && flags&syscall.O_TRUNC != 0 && !h.p.made
 }
 
 // ptBigBase reports whether the version h truncated is big and has one
@@ -129,10 +129,10 @@ func markOf(st *unix.Stat_t) ptMark { return ptMark{st.Size, st.Mtim, st.Ctim} }
 // before a commit copies the file, so a write racing the copy is
 // committed next time.
 func (h *handle) ptWrote() {
-	if !h.ptWrite || h.stage == nil {
+	if !h.ptWrite || h.p.stage == nil {
 		return
 	}
-	st, err := backing.Fstat(int(h.stage.Fd()))
+	st, err := backing.Fstat(int(h.p.stage.Fd()))
 	if err != nil || st.Size == 0 || markOf(&st) == h.ptSeen {
 		return
 	}
@@ -140,7 +140,7 @@ func (h *handle) ptWrote() {
 	h.rmwWrite()
 	h.changed()
 	// noteSize's record, from the stat just taken.
-	h.staged.Store(st.Size + 1)
+	h.p.staged.Store(st.Size + 1)
 	h.wrote = true // each write dropped the kernel's cached size and times
 }
 
@@ -151,10 +151,10 @@ func (h *handle) ptWrote() {
 // descriptor passed over a socket is not seen (docs/threat-model.md, limitations).
 func (h *handle) ptLast(pid uint32) bool {
 	tgid, mnt := h.tgidOf(pid), h.n.r.mountID()
-	if tgid == 0 || mnt == 0 || h.stage == nil {
+	if tgid == 0 || mnt == 0 || h.p.stage == nil {
 		return false
 	}
-	if st, err := backing.Fstat(int(h.stage.Fd())); err != nil || st.Size <= ptCopyMax {
+	if st, err := backing.Fstat(int(h.p.stage.Fd())); err != nil || st.Size <= ptCopyMax {
 		return false // a copy costs less than the look
 	}
 	ino := h.n.f.ino
@@ -186,11 +186,11 @@ const ptCopyMax = 64 << 10
 // write (last false) commits a copy of its staging file, which stays the
 // kernel's backing file.
 func (h *handle) ptCommit(last bool) error {
-	if !h.ptWrite || h.stage == nil || last {
+	if !h.ptWrite || h.p.stage == nil || last {
 		return h.commit()
 	}
 	r := h.n.r
-	own, ownNm := h.stage, h.stageNm
+	own, ownNm := h.p.stage, h.p.stageNm
 	cp, nm, err := r.pool.Take()
 	if err != nil {
 		return err
@@ -199,12 +199,12 @@ func (h *handle) ptCommit(last bool) error {
 		r.dropTemp(r.stagingfd, cp, nm)
 		return err
 	}
-	h.stage, h.stageNm = cp, nm
+	h.p.stage, h.p.stageNm = cp, nm
 	err = h.commit()
-	if h.stage == cp { // not taken: neither committed nor kept in rejected/
+	if h.p.stage == cp { // not taken: neither committed nor kept in rejected/
 		r.dropTemp(r.stagingfd, cp, nm)
 	}
-	h.stage, h.stageNm = own, ownNm
+	h.p.stage, h.p.stageNm = own, ownNm
 	h.settled.Store(0)
 	r.count.passthroughCopied.Add(1)
 	return err

@@ -277,11 +277,11 @@ func (h *handle) switchRaw() {
 	if h.raw || h.closed || h.private || h.ptWrite || !h.n.f.isRaw() {
 		return
 	}
-	if h.dirty || h.stage != nil || h.newFile || len(h.buf) > 0 {
+	if h.p.dirty || h.p.holds() {
 		return
 	}
 	mode := h.baseFlags()
-	if h.append {
+	if h.p.append {
 		mode |= unix.O_APPEND
 	}
 	fd, err := h.n.openCurrent(mode)

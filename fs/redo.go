@@ -20,7 +20,7 @@ import (
 // reads a cut-off append's staging file).
 func (h *handle) redo(n int64) bool {
 	r := h.n.r
-	return h.stage == nil && !h.newFile && n > 0 && n <= journal.MaxRedo && r.opts.Durable && !r.clustered()
+	return h.p.stage == nil && !h.p.newFile && n > 0 && n <= journal.MaxRedo && r.opts.Durable && !r.clustered()
 }
 
 // crashKind names rec's crash points (CrashPoints).

@@ -101,7 +101,7 @@ func (h *handle) publish(pid uint32) error {
 		return nil
 	}
 	h.ptWrote()
-	if !h.dirty || h.killed || h.truncOnly {
+	if !h.p.dirty || h.p.killed || h.p.truncOnly {
 		return nil
 	}
 	h.closer = pid

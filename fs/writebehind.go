@@ -29,8 +29,8 @@ type writeBehind struct {
 // wbChunk of them wait and no hand-over runs (h.mu held).
 func (h *handle) writeBehind(end int64) {
 	w := &h.wb
-	if w.f != h.stage {
-		w.f, w.from = h.stage, 0
+	if w.f != h.p.stage {
+		w.f, w.from = h.p.stage, 0
 	}
 	if end-w.from < wbChunk || !w.busy.CompareAndSwap(false, true) {
 		return

@@ -43,7 +43,7 @@ func (b *appendBuffers) give(n int) { b.all.Add(-int64(n)) }
 // old way, which does not count it.
 func (h *handle) bufferWrite(data []byte, off int64) bool {
 	r := h.n.r
-	if h.p.made && !h.p.dirty && h.p.stage == nil && h.base == h.first && h.baseVer == h.n.f.ver() {
+	if h.p.made && !h.p.dirty() && h.p.stage == nil && h.base == h.first && h.baseVer == h.n.f.ver() {
 		// The first write, and the file is still the empty one its
 		// create made: the pending version starts empty.
 		h.p.newFile = true

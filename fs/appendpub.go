@@ -88,7 +88,7 @@ func (h *handle) wroteAppend(size int64) {
 
 // armPublish sets the timer unless it is set or nothing is pending.
 func (h *handle) armPublish() {
-	if h.pub.armed || !h.p.dirty {
+	if h.pub.armed || !h.p.dirty() {
 		return
 	}
 	h.pub.armed = true
@@ -115,7 +115,7 @@ func (h *handle) publishDue() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pub.armed = false
-	if h.closed || h.p.killed || !h.p.dirty || !h.publishes() {
+	if h.closed || h.p.killed || !h.p.dirty() || !h.publishes() {
 		return
 	}
 	h.softPublish(0)
@@ -295,7 +295,7 @@ func (h *handle) putBack(t pendingTail) error {
 			return err
 		}
 	}
-	h.p.dirty = true
+	h.p.state = modified
 	h.settled.Store(0)
 	return nil
 }

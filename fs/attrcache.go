@@ -47,7 +47,7 @@ func (f *file) quiet() bool {
 // nothing shows the empty file its create made: that version too, as
 // long as no commit came since. h.mu is held.
 func (h *handle) settle() {
-	pending := h.p.dirty && !(h.p.newFile && len(h.p.buf) == 0)
+	pending := h.p.dirty() && !(h.p.newFile && len(h.p.buf) == 0)
 	if !h.write || pending || h.p.stage != nil || h.mapped.Load() {
 		return
 	}

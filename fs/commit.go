@@ -142,7 +142,7 @@ func (v named) reopen(flags int) (*os.File, error) {
 func (h *handle) commitWhole(g grant) error {
 	v, err := h.n.locate(g)
 	if errors.Is(err, errUnlinked) {
-		h.p.dirty = false
+		h.p.state = clean
 		return nil
 	}
 	if err != nil {

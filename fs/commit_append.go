@@ -21,7 +21,7 @@ func (h *handle) commitAppend(g grant) (onBase bool, err error) {
 	r := h.n.r
 	v, err := h.locateBase(g)
 	if errors.Is(err, errUnlinked) {
-		h.p.dirty = false
+		h.p.state = clean
 		return false, nil
 	}
 	if err != nil {

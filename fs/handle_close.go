@@ -28,7 +28,7 @@ func (h *handle) flush(ctx context.Context) syscall.Errno {
 		return 0 // nothing pending: written in place
 	}
 	h.ptWrote()
-	if !h.p.dirty {
+	if !h.p.dirty() {
 		h.settle()
 		return 0
 	}
@@ -38,7 +38,7 @@ func (h *handle) flush(ctx context.Context) syscall.Errno {
 				// A killed appender keeps its complete lines
 				// (appendpub.go); a partial last line is not committed.
 				h.keepErr(h.publishLines(0))
-				if !h.p.dirty {
+				if !h.p.dirty() {
 					return 0
 				}
 			}
@@ -47,7 +47,7 @@ func (h *handle) flush(ctx context.Context) syscall.Errno {
 		}
 	}
 	h.p.killed = false
-	if h.p.truncOnly && h.deferTrunc(ctx) {
+	if h.p.state == truncOnly && h.deferTrunc(ctx) {
 		return 0 // another descriptor brings the content
 	}
 	if h.openerGoesOn(ctx) {
@@ -91,7 +91,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 		return h.rawSync(flags&fsyncDataOnly != 0)
 	}
 	h.ptWrote()
-	if h.p.dirty {
+	if h.p.dirty() {
 		return h.errno(h.ptCommit(false)) // the descriptor writes on
 	}
 	return h.errno(h.base.Sync())
@@ -102,7 +102,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ptWrote()
-	if h.p.dirty && !h.p.killed {
+	if h.p.dirty() && !h.p.killed {
 		if err := h.commit(); err != nil {
 			h.n.r.log.Warn("commit at release failed", zap.String("path", h.n.path()), zap.Error(err))
 		}

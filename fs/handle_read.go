@@ -123,7 +123,7 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 		st.Size, st.Blocks = ps.Size, ps.Blocks
 	}
 	st.Mtim, st.Ctim = ps.Mtim, ps.Ctim
-	if h.p.dirty {
+	if h.p.dirty() {
 		// A non-root writer's change drops set-id bits (at its commit:
 		// keptMode), as a write does at once on a local file system.
 		st.Mode = st.Mode&^07777 | h.keptMode(st.Mode)

@@ -124,7 +124,7 @@ func (h *handle) wroteBytes(ctx context.Context) {
 // neither left by a killed process nor only the open's O_TRUNC.
 func (h *handle) changed() {
 	h.settled.Store(0)
-	h.p.dirty, h.p.killed, h.p.truncOnly = true, false, false
+	h.p.state, h.p.killed = modified, false
 }
 
 // truncate is ftruncate on this handle: a change like a write.

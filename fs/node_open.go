@@ -78,14 +78,14 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 		// (appendbuf.go): no staging file at open.
 		h.p.newFile = true
 		h.changed()
-		h.p.truncOnly = true
+		h.p.state = truncOnly
 		h.noteSize()
 	} else if h.write && flags&syscall.O_TRUNC != 0 {
 		if err := h.truncate(0); err != nil {
 			base.Close()
 			return nil, err
 		}
-		h.p.truncOnly = true
+		h.p.state = truncOnly
 	}
 	// Until it writes, a writer shows the committed version (quiet).
 	h.settle()

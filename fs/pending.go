@@ -29,11 +29,7 @@ type pending struct {
 	// if no commit came since.
 	newFile, made bool
 	wroteAt       unix.Timespec // a new file's last buffered write: its mtime
-	dirty         bool          // stage or buf holds changes no commit has published
-	// truncOnly: the pending version is only the open's O_TRUNC, nothing
-	// written yet. A shell's `cmd > file` closes such a descriptor after
-	// moving it to stdout: that close must not publish an empty file.
-	truncOnly bool
+	state         changeState   // what it holds that no commit has published
 	// killed: the last FLUSH came from a process killed by a signal, so
 	// RELEASE must not commit what it left; a live close or write clears it.
 	killed bool
@@ -41,6 +37,23 @@ type pending struct {
 	// not appending, 0 if none (kernelSize).
 	staged atomic.Int64
 }
+
+// changeState is what a pending version holds that no commit has
+// published; a change by the writer (handle.changed) makes it modified,
+// a commit (or a rejection, or a discard) clean.
+type changeState uint8
+
+const (
+	clean changeState = iota // nothing: the writer shows the committed version
+	// truncOnly: only the open's O_TRUNC, nothing written yet. A shell's
+	// `cmd > file` closes such a descriptor after moving it to stdout:
+	// that close must not publish an empty file (deferTrunc).
+	truncOnly
+	modified // written, truncated or allocated since the last commit
+)
+
+// dirty reports whether there is anything to publish.
+func (p *pending) dirty() bool { return p.state != clean }
 
 // holds reports whether there are pending bytes: a staging file,
 // buffered bytes, or a new file's content (even empty).
@@ -58,7 +71,7 @@ func (p *pending) size() (int64, error) {
 // taken forgets the staging file that a commit's rename, or rejected/,
 // took: nothing is pending any more.
 func (p *pending) taken() {
-	p.stage, p.stageNm, p.dirty = nil, "", false
+	p.stage, p.stageNm, p.state = nil, "", clean
 	p.staged.Store(0)
 }
 
@@ -68,7 +81,7 @@ func (p *pending) discard(r *root) {
 		r.dropTemp(r.stagingfd, p.stage, p.stageNm)
 	}
 	p.dropBuf(r)
-	p.stage, p.stageNm, p.dirty, p.newFile, p.made = nil, "", false, false, false
+	p.stage, p.stageNm, p.state, p.newFile, p.made = nil, "", clean, false, false
 	p.staged.Store(0)
 }
 

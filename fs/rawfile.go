@@ -277,7 +277,7 @@ func (h *handle) switchRaw() {
 	if h.raw || h.closed || h.private || h.ptWrite || !h.n.f.isRaw() {
 		return
 	}
-	if h.p.dirty || h.p.holds() {
+	if h.p.dirty() || h.p.holds() {
 		return
 	}
 	mode := h.baseFlags()

@@ -101,7 +101,7 @@ func (h *handle) publish(pid uint32) error {
 		return nil
 	}
 	h.ptWrote()
-	if !h.p.dirty || h.p.killed || h.p.truncOnly {
+	if h.p.state != modified || h.p.killed {
 		return nil
 	}
 	h.closer = pid

@@ -97,7 +97,7 @@ func (s *Server) endConnection() {
 func (r *root) releaseHandle(h *handle) {
 	if r.abandoned.Load() {
 		h.mu.Lock()
-		if h.p.dirty && !h.p.killed {
+		if h.p.dirty() && !h.p.killed {
 			r.log.Warn("not committed: its writer's mount namespace was cut off", zap.String("path", logPath(h.n.path())), zap.Uint32("pid", h.tgid))
 		}
 		h.p.killed = true // as for a writer killed by a signal: no commit

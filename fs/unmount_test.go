@@ -111,7 +111,7 @@ func pendingIn(srv *Server, nm string) bool {
 	for _, f := range srv.r.ids.all() {
 		for _, h := range f.handleList() {
 			h.mu.Lock()
-			dirty := h.p.dirty && strings.HasSuffix(h.n.path(), nm)
+			dirty := h.p.dirty() && strings.HasSuffix(h.n.path(), nm)
 			h.mu.Unlock()
 			if dirty {
 				return true

@@ -48,7 +48,7 @@ func (h *handle) bufferWrite(data []byte, off int64) bool {
 		// create made: the pending version starts empty.
 		h.p.newFile = true
 	}
-	next := h.p.append && !h.p.atEnd || h.p.newFile && off == int64(len(h.p.buf))
+	next := h.p.appends() || h.p.newFile && off == int64(len(h.p.buf))
 	if len(data) == 0 || !next || h.p.stage != nil || r.clustered() || h.mapped.Load() ||
 		len(h.p.buf)+len(data) > appendBufMax || !r.appendBufs.take(len(data)) {
 		return false

@@ -68,7 +68,7 @@ var errPublishLater = errors.New("file's lock not taken: publish tried again lat
 // made its pending version whole (atEnd): that is a rewrite, committed
 // at close, fsync or unlock only.
 func (h *handle) publishes() bool {
-	return h.p.append && !h.p.atEnd && !h.private && h.n.r.opts.AppendPublish > 0
+	return h.p.appends() && !h.private && h.n.r.opts.AppendPublish > 0
 }
 
 // wroteAppend follows a write that left size bytes pending to an appender
@@ -298,16 +298,6 @@ func (h *handle) putBack(t pendingTail) error {
 	h.p.state = modified
 	h.settled.Store(0)
 	return nil
-}
-
-// appendAgain: an O_APPEND descriptor whose whole pending version
-// (unappend) was committed, or rejected, appends again: its next write
-// goes to the end of the file then current, as on a plain file, and its
-// lines are published again.
-func (h *handle) appendAgain() {
-	if h.p.atEnd && h.p.stage == nil && len(h.p.buf) == 0 {
-		h.p.append, h.p.atEnd = true, false
-	}
 }
 
 // publishLater logs, within the rejections' bounds, a publish that met

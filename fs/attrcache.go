@@ -158,7 +158,7 @@ func (h *handle) noteSize() {
 	if h.p.newFile {
 		h.p.staged.Store(int64(len(h.p.buf)) + 1)
 	}
-	if h.p.stage != nil && !h.p.append {
+	if h.p.stage != nil && !h.p.appends() {
 		if st, err := backing.Fstat(int(h.p.stage.Fd())); err == nil {
 			h.p.staged.Store(st.Size + 1)
 		}

@@ -20,7 +20,7 @@ func (h *handle) commit() error {
 	// Its file became raw meanwhile: raw from now on (rawfile.go).
 	defer h.switchRaw()
 	err := h.commitLocked()
-	h.appendAgain()
+	h.p.appendAgain()
 	return err
 }
 
@@ -44,12 +44,12 @@ func (h *handle) commitLocked() error {
 	base := h.base
 	onBase := false // the commit wrote base's own inode
 	switch {
-	case h.p.append && h.appendReplaces():
+	case h.p.appends() && h.appendReplaces():
 		// A passed-through reader reads the committed inode itself.
 		if err = h.unappend(false); err == nil {
 			err = h.commitWhole(g)
 		}
-	case h.p.append:
+	case h.p.appends():
 		onBase, err = h.commitAppend(g)
 	case h.p.newFile:
 		onBase, err = h.commitNew(g)

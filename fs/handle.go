@@ -94,7 +94,7 @@ func (h *handle) refresh() error {
 	f.mu.Unlock()
 	// An appender's pending bytes do not depend on base: it follows too.
 	// A raw handle's base is the file's one inode.
-	if h.raw || !h.write || (h.p.stage != nil && !h.p.append) || ver == h.baseVer {
+	if h.raw || !h.write || (h.p.stage != nil && !h.p.appends()) || ver == h.baseVer {
 		return nil
 	}
 	fd, err := h.n.openCurrent(h.baseFlags())

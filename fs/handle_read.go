@@ -45,7 +45,7 @@ func (h *handle) pread(dest []byte, off int64) (int, error) {
 	if h.p.stage == nil {
 		return unix.Pread(int(h.base.Fd()), dest, off)
 	}
-	if !h.p.append {
+	if !h.p.appends() {
 		return unix.Pread(int(h.p.stage.Fd()), dest, off)
 	}
 	st, err := backing.Fstat(int(h.base.Fd()))
@@ -70,7 +70,7 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 		return 0, h.errno(err)
 	}
 	src := h.base
-	if h.p.stage != nil && !h.p.append {
+	if h.p.stage != nil && !h.p.appends() {
 		src = h.p.stage
 	}
 	n, err := unix.Seek(int(src.Fd()), int64(off), int(whence))
@@ -117,7 +117,7 @@ func (h *handle) statLocked() (unix.Stat_t, error) {
 	if err != nil {
 		return st, err
 	}
-	if h.p.append {
+	if h.p.appends() {
 		st.Size, st.Blocks = st.Size+ps.Size, st.Blocks+ps.Blocks
 	} else {
 		st.Size, st.Blocks = ps.Size, ps.Blocks

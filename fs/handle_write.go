@@ -36,7 +36,7 @@ func (h *handle) copyUp(empty bool) error {
 		}
 	}
 	take := h.n.r.pool.Take
-	if empty && h.p.append && !h.n.r.clustered() {
+	if empty && h.p.appends() && !h.n.r.clustered() {
 		// A cluster's recovery reads a cut-off append's staging file
 		// by its name (journal settleAppend).
 		take = h.n.r.pool.TakeNameless
@@ -88,10 +88,10 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err := h.spill(); err != nil {
 		return 0, h.errno(err)
 	}
-	if err := h.copyUp(h.p.append); err != nil {
+	if err := h.copyUp(h.p.appends()); err != nil {
 		return 0, h.errno(err)
 	}
-	if h.p.append || h.p.atEnd {
+	if h.p.mode != noAppend {
 		// The kernel's offset comes from its cached size: appends go
 		// after this handle's own pending bytes, placed at commit.
 		st, err := backing.Fstat(int(h.p.stage.Fd()))
@@ -160,14 +160,14 @@ func (h *handle) truncate(size uint64) error {
 // then replaces the file, as any rewrite does: appends that others commit
 // meanwhile are not in it. Its later writes go to the end of its version.
 func (h *handle) unappend(empty bool) error {
-	if !h.p.append {
+	if !h.p.appends() {
 		return nil
 	}
 	if err := h.spill(); err != nil {
 		return err
 	}
 	appends, appendsNm := h.p.stage, h.p.stageNm
-	h.p.stage, h.p.stageNm, h.p.append = nil, "", false
+	h.p.stage, h.p.stageNm, h.p.mode = nil, "", noAppend
 	err := h.copyUp(empty)
 	if err == nil && appends != nil && !empty {
 		err = staging.AppendTo(h.p.stage, appends)
@@ -176,13 +176,13 @@ func (h *handle) unappend(empty bool) error {
 		if h.p.stage != nil {
 			h.n.r.dropTemp(h.n.r.stagingfd, h.p.stage, h.p.stageNm)
 		}
-		h.p.stage, h.p.stageNm, h.p.append = appends, appendsNm, true
+		h.p.stage, h.p.stageNm, h.p.mode = appends, appendsNm, appending
 		return err
 	}
 	if appends != nil {
 		h.n.r.dropTemp(h.n.r.stagingfd, appends, appendsNm)
 	}
-	h.p.atEnd = true
+	h.p.mode = atEnd
 	return nil
 }
 

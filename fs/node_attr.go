@@ -104,7 +104,7 @@ func (h *handle) setMeta(in *fuse.SetAttrIn) error {
 	if err := h.spillNew(); err != nil {
 		return err
 	}
-	if h.p.stage == nil || h.p.append {
+	if h.p.stage == nil || h.p.appends() {
 		return nil
 	}
 	return setTimes(backing.ProcPath(int(h.p.stage.Fd())), in)

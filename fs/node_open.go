@@ -72,7 +72,7 @@ func isWrite(flags uint32) bool {
 // an older one for the latest. made: the caller's create made base.
 func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags uint32, made bool) (*handle, error) {
 	h := n.handleOn(ctx, base, ver, flags)
-	h.p.made = made && h.write && !h.p.append && !n.r.clustered()
+	h.p.made = made && h.write && !h.p.appends() && !n.r.clustered()
 	if h.p.made && flags&syscall.O_TRUNC != 0 {
 		// A new file's content starts empty and is kept in memory
 		// (appendbuf.go): no staging file at open.
@@ -97,7 +97,9 @@ func (n *Node) newHandle(ctx context.Context, base *os.File, ver uint64, flags u
 // handleOn is a new handle on base for the caller, not registered yet.
 func (n *Node) handleOn(ctx context.Context, base *os.File, ver uint64, flags uint32) *handle {
 	h := &handle{n: n, write: isWrite(flags), first: base, base: base, baseVer: ver}
-	h.p.append = flags&syscall.O_APPEND != 0
+	if flags&syscall.O_APPEND != 0 {
+		h.p.mode = appending
+	}
 	if c, ok := fuse.FromContext(ctx); ok {
 		h.uid, h.gid, h.tid, h.tgid = c.Uid, c.Gid, c.Pid, proc.Tgid(c.Pid)
 	}

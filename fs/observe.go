@@ -82,7 +82,7 @@ func (h *handle) obsStart() {
 		return
 	}
 	o := &commitObs{ev: CommitEvent{Time: time.Now(), Kind: KindReplace, UID: h.uid, PID: h.closer}}
-	if h.p.append {
+	if h.p.appends() {
 		o.ev.Kind = KindAppend
 	}
 	if o.ev.PID == 0 {
@@ -149,7 +149,7 @@ func (h *handle) obsKilled(pid uint32) {
 		return
 	}
 	ev := CommitEvent{Time: time.Now(), Path: h.n.path(), Kind: KindReplace, UID: h.uid, PID: pid}
-	if h.p.append {
+	if h.p.appends() {
 		ev.Kind = KindAppend
 	}
 	if ev.PID == 0 {

@@ -15,13 +15,10 @@ import (
 // small appends and a new file's first content (appendbuf.go). The
 // handle's mu guards it, except staged, which stats read without it.
 type pending struct {
-	stage   *os.File // the staging file, nil if none
-	stageNm string   // its name in staging/, "" if nameless
-	buf     []byte   // bytes not in stage yet (appendbuf.go)
-	// append: the bytes are appends, placed at the end at commit.
-	// atEnd: an O_APPEND descriptor whose pending version became whole
-	// (see unappend): its writes go to the end of that version.
-	append, atEnd bool
+	stage   *os.File   // the staging file, nil if none
+	stageNm string     // its name in staging/, "" if nameless
+	buf     []byte     // bytes not in stage yet (appendbuf.go)
+	mode    appendMode // where its bytes go, at a write and at commit
 	// newFile: this handle's create made the file and its pending
 	// version is buf, whole, with no staging file until something needs
 	// one (appendbuf.go). made: the create was this handle's, and it has
@@ -31,12 +28,27 @@ type pending struct {
 	wroteAt       unix.Timespec // a new file's last buffered write: its mtime
 	state         changeState   // what it holds that no commit has published
 	// killed: the last FLUSH came from a process killed by a signal, so
-	// RELEASE must not commit what it left; a live close or write clears it.
+	// RELEASE must not commit what it left; a live close or write clears
+	// it. Not a state: a killed close of a truncOnly version leaves it
+	// truncOnly for the next live close (deferTrunc).
 	killed bool
 	// staged: 1 + the size of the pending version of a writer that is
 	// not appending, 0 if none (kernelSize).
 	staged atomic.Int64
 }
+
+// appendMode is where a pending version's bytes go, at a write and at
+// its commit.
+type appendMode uint8
+
+const (
+	noAppend  appendMode = iota // where the writer says: the version is whole, a commit replaces the file
+	appending                   // O_APPEND: the bytes are appends, placed at the end of the file at commit
+	// atEnd: an O_APPEND descriptor whose pending version became whole
+	// (unappend): its writes go to the end of that version, a commit
+	// replaces the file; once nothing is pending it appends again.
+	atEnd
+)
 
 // changeState is what a pending version holds that no commit has
 // published; a change by the writer (handle.changed) makes it modified,
@@ -51,6 +63,9 @@ const (
 	truncOnly
 	modified // written, truncated or allocated since the last commit
 )
+
+// appends reports whether the pending bytes are appends (appending).
+func (p *pending) appends() bool { return p.mode == appending }
 
 // dirty reports whether there is anything to publish.
 func (p *pending) dirty() bool { return p.state != clean }
@@ -73,6 +88,16 @@ func (p *pending) size() (int64, error) {
 func (p *pending) taken() {
 	p.stage, p.stageNm, p.state = nil, "", clean
 	p.staged.Store(0)
+}
+
+// appendAgain: an O_APPEND descriptor whose whole pending version
+// (unappend) was committed, or rejected, appends again: its next write
+// goes to the end of the file then current, as on a plain file, and its
+// lines are published again.
+func (p *pending) appendAgain() {
+	if p.mode == atEnd && p.stage == nil && len(p.buf) == 0 {
+		p.mode = appending
+	}
 }
 
 // discard drops the pending version, its staging file and its buffer.

@@ -73,7 +73,7 @@ func (n *Node) ptWriter(ctx context.Context, h *handle, flags uint32) bool {
 func (n *Node) ptWriterMay(h *handle, flags uint32) bool {
 	r := n.r
 	return r.opts.PassthroughWrite && r.opts.VersionCache && r.opts.Passthrough && !r.pt.off.Load() &&
-		!r.clustered() && n.f.kind == unix.S_IFREG && h.write && !h.p.append && !h.private && h.rmw.sess == nil &&
+		!r.clustered() && n.f.kind == unix.S_IFREG && h.write && !h.p.appends() && !h.private && h.rmw.sess == nil &&
 		flags&syscall.O_ACCMODE == syscall.O_WRONLY && flags&syscall.O_TRUNC != 0 && !h.p.made
 }
 

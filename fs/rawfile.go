@@ -281,7 +281,7 @@ func (h *handle) switchRaw() {
 		return
 	}
 	mode := h.baseFlags()
-	if h.p.append {
+	if h.p.appends() {
 		mode |= unix.O_APPEND
 	}
 	fd, err := h.n.openCurrent(mode)

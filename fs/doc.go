@@ -21,9 +21,12 @@
 //     of other versions with direct I/O (roles*.go).
 //   - handle (handle*.go) is one open file. A reader reads the version it
 //     opened (base). A writer reads the latest committed version until
-//     its first write, then works on a private pending version: a
-//     staging file (stage), or bytes in memory for small appends and a
-//     new file's first content (buf, appendbuf.go).
+//     its first write, then works on a private pending version (h.p).
+//   - pending (pending.go) is that version: a staging file (stage), or
+//     bytes in memory for small appends and a new file's first content
+//     (buf, appendbuf.go); where its bytes go (mode: appending or not)
+//     and what no commit has published yet (state: clean, truncOnly,
+//     modified). The handle's mu guards it.
 //
 // # Requests
 //

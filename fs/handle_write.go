@@ -167,6 +167,7 @@ func (h *handle) unappend(empty bool) error {
 		return err
 	}
 	appends, appendsNm := h.p.stage, h.p.stageNm
+	// Whole while copyUp makes its staging file: named, as a replace needs.
 	h.p.stage, h.p.stageNm, h.p.mode = nil, "", noAppend
 	err := h.copyUp(empty)
 	if err == nil && appends != nil && !empty {

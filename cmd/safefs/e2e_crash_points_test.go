@@ -1,6 +1,6 @@
 package main
 
-// Crash-point coverage. The crash test (crash_test.go) can cut a commit
+// Crash-point coverage. The crash test (e2e_crash_test.go) can cut a commit
 // only where fs.CrashPoints lets it, so this test checks, from the
 // daemon's own system calls, that those points fall between every two
 // durable steps of every commit kind, and that each point is reached.
@@ -27,7 +27,7 @@ package main
 // before that kill locate the point: they must be the first calls of the
 // plain commit, optionally followed by a part of its next step (a point
 // may cut through a step, as append-half cuts the copy). The points must
-// come in the order fs.CrashPoints lists them (crash_test.go relies on
+// come in the order fs.CrashPoints lists them (e2e_crash_test.go relies on
 // it), and every boundary between two steps must have a point, except
 // those listed in cptKnownGaps (each of which must still be a gap, so the
 // list cannot go stale). So the test fails when a commit gains a durable

@@ -4,6 +4,7 @@ package fs
 // trace, and the requests held at a point.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,4 +103,27 @@ func holdAt(t *testing.T, srv *Server, point string) *atomic.Int64 {
 	srv.r.atPoint.Store(&at)
 	t.Cleanup(func() { srv.r.atPoint.Store(nil) })
 	return &n
+}
+
+// awaitInFuse waits until a thread of process pid waits for the answer
+// to a FUSE request (its kernel wait channel is request_wait_answer):
+// the request is in the daemon. It returns false if exited closes first
+// (the process ended without such a wait), and fails on a hang.
+func awaitInFuse(t testing.TB, pid int, exited <-chan struct{}) bool {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		select {
+		case <-exited:
+			return false
+		default:
+		}
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+		for _, task := range tasks {
+			if w, _ := os.ReadFile(task + "/wchan"); string(w) == "request_wait_answer" {
+				return true
+			}
+		}
+	}
+	t.Fatalf("process %d never waited for an answer of the daemon, nor ended, within 2 minutes", pid)
+	return false
 }

@@ -134,25 +134,38 @@ func TestNewFileReadersSeeWhole(t *testing.T) {
 	srv, backing, mnt := mountForTest(t, notDurable)
 	body := bytes.Repeat([]byte("x"), 8<<10)
 	half := make(chan struct{})
+	got := make(chan []byte, 1)
+	waited := false
 	at := func(point string) {
-		if point == "append-half" {
-			close(half)
-			time.Sleep(200 * time.Millisecond) // the reader reads now
+		if point != "append-half" {
+			return
 		}
+		close(half)
+		// Another process: a stat from this one would wait for the
+		// writer's handle, which is busy committing.
+		var out bytes.Buffer
+		cat := exec.Command("cat", filepath.Join(mnt, "a"))
+		cat.Stdout = &out
+		if !assert.NoError(t, cat.Start()) {
+			got <- nil
+			return
+		}
+		exited := make(chan struct{})
+		go func() {
+			assert.NoError(t, cat.Wait())
+			close(exited)
+			got <- out.Bytes()
+		}()
+		// The commit goes on once the reader waits for the daemon (or
+		// read without waiting, and ended).
+		waited = awaitInFuse(t, cat.Process.Pid, exited)
 	}
 	srv.r.atPoint.Store(&at)
 	f := create(t, mnt, "a", body)
-	got := make(chan []byte, 1)
-	go func() {
-		<-half
-		// Another process: a stat from this one would wait for the
-		// writer's handle, which is busy committing.
-		b, err := exec.Command("cat", filepath.Join(mnt, "a")).Output()
-		assert.NoError(t, err)
-		got <- b
-	}()
 	require.NoError(t, f.Close())
+	<-half
 	b := <-got
+	assert.True(t, waited, "the reader ended while the commit was stopped half-way: it did not wait for the rest")
 	assert.Equal(t, len(body), len(b), "a reader during the commit's write read a part of it")
 	requireContent(t, backing, "a", body)
 }

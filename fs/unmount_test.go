@@ -6,11 +6,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/safefs/safefs/internal/mountwatch"
 )
 
 // A copy of the mount in a mount namespace made after the mount (a
@@ -58,13 +61,40 @@ func TestUnmountHeldElsewhere(t *testing.T) {
 // their last close, after which the daemon's serve loop ends.
 func TestLazyUnmountServesOpenFiles(t *testing.T) {
 	srv, _, mnt := mountForTest(t)
+	// The mount's watcher again, telling its decisions after the unmount:
+	// a look that finds the mount not gone (nothing to do), or the end
+	// of the connection (a look that found it gone, and the one after
+	// heldElsewhere).
+	decided := make(chan string, 64)
+	var unmounted atomic.Bool
+	srv.stopWatch()
+	srv.watch = mountwatch.Start(watchEvery, heldElsewhere, func() bool {
+		after := unmounted.Load()
+		gone := srv.heldOnlyElsewhere()
+		if after && !gone {
+			select {
+			case decided <- "kept":
+			default: // the test has its answer
+			}
+		}
+		return gone
+	}, func() {
+		srv.endConnection()
+		decided <- "ended the connection"
+	})
 	p := filepath.Join(mnt, "page")
 	require.NoError(t, os.WriteFile(p, []byte("kept"), 0o644))
 	f, err := os.Open(p)
 	require.NoError(t, err)
 	defer f.Close()
 	require.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH))
-	time.Sleep(watchEvery + heldElsewhere + time.Second)
+	unmounted.Store(true)
+	select {
+	case d := <-decided:
+		require.Equal(t, "kept", d, "the mount's watcher, after a lazy unmount with a file open")
+	case <-time.After(time.Minute):
+		t.Fatal("the mount's watcher did not look at the mount within a minute")
+	}
 	b := make([]byte, 4)
 	n, err := f.ReadAt(b, 0)
 	require.NoError(t, err, "a file open through a lazy unmount was cut off")

@@ -46,14 +46,14 @@ func TestGroupSyncError(t *testing.T) {
 	require.ErrorIs(t, g.Do(func() error { return boom }), boom)
 	require.NoError(t, g.Do(func() error { return nil }))
 
-	release := make(chan struct{})
+	release, running := make(chan struct{}), make(chan struct{})
 	first := make(chan error)
-	go func() { first <- g.Do(func() error { <-release; return nil }) }()
+	go func() { first <- g.Do(func() error { close(running); <-release; return nil }) }()
 	// The second caller arrives while the first sync runs: it needs the next one.
-	time.Sleep(20 * time.Millisecond)
+	<-running
 	second := make(chan error)
 	go func() { second <- g.Do(func() error { return boom }) }()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // let it reach its wait: no event shows it
 	close(release)
 	require.NoError(t, <-first)
 	require.ErrorIs(t, <-second, boom)

@@ -230,13 +230,7 @@ func TestRMWKilledHolderReleases(t *testing.T) {
 	holder := startSteps(t, www, "hold:"+file, "touch:"+sig+"/held", "sleep:3600")
 	awaitFile(t, sig+"/held")
 	waiter := startSteps(t, www, "incr:"+file)
-	time.Sleep(300 * time.Millisecond) // let it reach its open; it cannot pass it
-	select {
-	case err := <-waiter.done:
-		waiter.done <- err // for the cleanup's wait: it must not hang
-		t.Fatalf("the opener did not wait for the session: %v\n%s", err, &waiter.out)
-	default:
-	}
+	awaitWaiting(t, m, waiter, "the opener")
 	require.NoError(t, holder.cmd.Process.Signal(syscall.SIGKILL))
 	waiter.requireOK(t, "opener after the holder was killed")
 	require.Equal(t, 1, counter(t, readBoth(t, m, "data/count.txt")))
@@ -244,27 +238,116 @@ func TestRMWKilledHolderReleases(t *testing.T) {
 	requireNoGiveUp(t, m)
 }
 
-// TestRMWReaderHold: a process that reads the file, closes it and lives
-// on without writing delays the next opener by rmw_hold, never by
-// rmw_wait (an hour here).
+// awaitWaiting waits until an open waits for a session (the mount's
+// gauge), failing at once if opener ends first: it did not wait.
+func awaitWaiting(t *testing.T, m *Mount, opener *stepper, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(rmwDeadline); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m.Gauges().RMWWaiting > 0 {
+			return
+		}
+		select {
+		case err := <-opener.done:
+			opener.done <- err // for the cleanup's wait: it must not hang
+			t.Fatalf("%s did not wait for the session: it ended (%v) with no open waiting; stats %+v\n%s", what, err, m.Stats(), &opener.out)
+		default:
+		}
+	}
+	t.Fatalf("%s: no open waited for a session within %v (a hang); stats %+v\n%s", what, rmwDeadline, m.Stats(), &opener.out)
+}
+
+// TestRMWReaderHold: a process that read the file and closed it without
+// writing, and lives on, delays the next opener until rmw_hold after its
+// close, never by rmw_wait (an hour here).
 func TestRMWReaderHold(t *testing.T) {
-	m, www, dir, _ := rmwSetup(t, func(o *fs.Options) { o.RMWGlobs, o.RMWHold, o.RMWWait = []string{"*.txt"}, time.Second, forever })
-	file := newCounter(t, www, dir, "count.txt")
-	sig := t.TempDir()
-	startSteps(t, www, "read:"+file, "touch:"+sig+"/read", "sleep:3600")
-	awaitFile(t, sig+"/read")
-	startSteps(t, www, "incr:"+file).requireOK(t, "opener after a reader")
-	require.Equal(t, 1, counter(t, readBoth(t, m, "data/count.txt")))
-	requireNoGiveUp(t, m)
+	// With rmw_hold an hour: the reader's session outlives its close,
+	// held by nothing but the hold, the opener still waiting for it.
+	t.Run("outlives-close", func(t *testing.T) {
+		m, www, dir, _ := rmwSetup(t, func(o *fs.Options) { o.RMWGlobs, o.RMWHold, o.RMWWait = []string{"*.txt"}, forever, forever })
+		file := newCounter(t, www, dir, "count.txt")
+		sig := t.TempDir()
+		reader := startSteps(t, www, "hold:"+file, "touch:"+sig+"/read", "await:"+sig+"/close", "close:"+file, "sleep:3600")
+		awaitFile(t, sig+"/read")
+		opener := startSteps(t, www, "incr:"+file)
+		awaitWaiting(t, m, opener, "the opener after a reader")
+		require.NoError(t, os.WriteFile(sig+"/close", nil, 0o644))
+		awaitHoldOnly(t, m, opener, "data/count.txt")
+		require.NoError(t, reader.cmd.Process.Signal(syscall.SIGKILL)) // its exit ends the session
+		opener.requireOK(t, "opener after the reader was killed")
+		require.Equal(t, 1, counter(t, readBoth(t, m, "data/count.txt")))
+		requireNoGiveUp(t, m)
+	})
+	// With rmw_hold 1 s: the opener is seen waiting while the reader
+	// still has the file open; after the close its wait ends with a
+	// session while the reader lives (so not by its exit) and without
+	// giving up (so not by rmw_wait): by the hold.
+	t.Run("ends-after-hold", func(t *testing.T) {
+		m, www, dir, _ := rmwSetup(t, func(o *fs.Options) { o.RMWGlobs, o.RMWHold, o.RMWWait = []string{"*.txt"}, time.Second, forever })
+		file := newCounter(t, www, dir, "count.txt")
+		sig := t.TempDir()
+		reader := startSteps(t, www, "hold:"+file, "touch:"+sig+"/read", "await:"+sig+"/close", "close:"+file, "sleep:3600")
+		awaitFile(t, sig+"/read")
+		opener := startSteps(t, www, "incr:"+file)
+		awaitWaiting(t, m, opener, "the opener after a reader")
+		require.NoError(t, os.WriteFile(sig+"/close", nil, 0o644))
+		opener.requireOK(t, "opener after a reader")
+		select {
+		case err := <-reader.done:
+			reader.done <- err
+			t.Fatalf("the reader ended (%v): the wait may have ended by its exit, not by the hold\n%s", err, &reader.out)
+		default:
+		}
+		require.Equal(t, 1, counter(t, readBoth(t, m, "data/count.txt")))
+		st := m.Stats()
+		require.Equal(t, int64(1), st.RMWWaits, "stats %+v", st)
+		requireNoGiveUp(t, m)
+	})
+}
+
+// awaitHoldOnly waits until the session on path is held by nothing but
+// rmw_hold (no open under it) with one opener waiting, failing at once
+// if that opener ends first: the session ended at the last close.
+func awaitHoldOnly(t *testing.T, m *Mount, opener *stepper, path string) {
+	t.Helper()
+	var last []fs.SessionStatus
+	for deadline := time.Now().Add(rmwDeadline); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		last = m.srv.Status().Sessions
+		for _, s := range last {
+			if s.Path == path && s.Open == 0 && len(s.Waiters) == 1 {
+				return
+			}
+		}
+		select {
+		case err := <-opener.done:
+			opener.done <- err
+			t.Fatalf("the opener ended (%v) after the reader's close: its session did not outlive the close; sessions %+v\n%s", err, last, &opener.out)
+		default:
+		}
+	}
+	t.Fatalf("no session of %s held only by rmw_hold with one waiter within %v; sessions %+v", path, rmwDeadline, last)
 }
 
 // TestRMWForkedChild: a holder whose child opens and rewrites the file
-// (a CGI script that forks) does not wait for itself.
+// (a CGI script that forks) does not wait for itself (rmw_hold and
+// rmw_wait are an hour: such a wait would hang), while another process
+// that opens the file meanwhile waits for the holder's session: no
+// increment is lost.
 func TestRMWForkedChild(t *testing.T) {
 	m, www, dir, _ := rmwSetup(t, func(o *fs.Options) { o.RMWGlobs, o.RMWHold, o.RMWWait = []string{"*.txt"}, forever, forever })
 	file := newCounter(t, www, dir, "count.txt")
-	startSteps(t, www, "hold:"+file, "forkincr:"+file, "incr:"+file).requireOK(t, "holder with a forked writer")
-	require.Equal(t, 2, counter(t, readBoth(t, m, "data/count.txt")))
+	sig := t.TempDir()
+	holder := startSteps(t, www, "hold:"+file, "touch:"+sig+"/held", "await:"+sig+"/go", "forkincr:"+file, "incr:"+file)
+	awaitFile(t, sig+"/held")
+	other := startSteps(t, www, "incr:"+file)
+	awaitWaiting(t, m, other, "another process")
+	require.NoError(t, os.WriteFile(sig+"/go", nil, 0o644))
+	holder.requireOK(t, "holder with a forked writer")
+	other.requireOK(t, "another process")
+	require.Equal(t, 3, counter(t, readBoth(t, m, "data/count.txt")))
+	st := m.Stats()
+	// The other process waited; the holder's last open may wait for it in
+	// turn (the child's commit ended the session), never the child.
+	require.NotZero(t, st.RMWWaits, "stats %+v", st)
 	requireNoGiveUp(t, m)
 }
 

@@ -35,8 +35,10 @@ func TestStartPassing(t *testing.T) {
 	assert.Zero(t, ends.Load())
 	w.Stop()
 
-	held := Start(time.Millisecond, time.Hour, func() bool { return true }, func() { t.Error("ended") })
-	time.Sleep(10 * time.Millisecond)
+	var looked atomic.Int32
+	held := Start(time.Millisecond, time.Hour, func() bool { looked.Add(1); return true }, func() { t.Error("ended") })
+	// Stop must end the grace wait (an hour), which begins at the first look.
+	require.Eventually(t, func() bool { return looked.Load() > 0 }, time.Minute, time.Millisecond)
 	start := time.Now()
 	held.Stop()
 	assert.Less(t, time.Since(start), time.Minute)

@@ -4,6 +4,7 @@
 #
 #   hold:FILE     open FILE for reading, read it, keep it open
 #   read:FILE     open FILE for reading, read it, close it
+#   close:FILE    close the FILE a hold: step keeps open
 #   incr:FILE     read FILE (a count), close, rewrite it with count+1
 #   forkincr:FILE fork; the child does incr:FILE; wait for it
 #   flock:PATH    open PATH (created) and flock LOCK_EX, keep it
@@ -38,6 +39,9 @@ for my $step (@ARGV) {
         open(my $fh, "<$arg") or die "open <$arg: $!\n";
         my $data = do { local $/; <$fh> };
         $keep{"hold $arg"} = $fh;
+    } elsif ($op eq 'close') {
+        my $fh = delete $keep{"hold $arg"} // die "close $arg: not held\n";
+        close($fh);
     } elsif ($op eq 'read') {
         open(my $fh, "<$arg") or die "open <$arg: $!\n";
         my $data = do { local $/; <$fh> };

@@ -1,6 +1,6 @@
 package main
 
-// Crash-point coverage. The crash test (crash_test.go) can cut a commit
+// Crash-point coverage. The crash test (e2e_crash_test.go) can cut a commit
 // only where fs.CrashPoints lets it, so this test checks, from the
 // daemon's own system calls, that those points fall between every two
 // durable steps of every commit kind, and that each point is reached.
@@ -27,7 +27,7 @@ package main
 // before that kill locate the point: they must be the first calls of the
 // plain commit, optionally followed by a part of its next step (a point
 // may cut through a step, as append-half cuts the copy). The points must
-// come in the order fs.CrashPoints lists them (crash_test.go relies on
+// come in the order fs.CrashPoints lists them (e2e_crash_test.go relies on
 // it), and every boundary between two steps must have a point, except
 // those listed in cptKnownGaps (each of which must still be a gap, so the
 // list cannot go stale). So the test fails when a commit gains a durable
@@ -139,6 +139,7 @@ func cptCheckKind(t *testing.T, kind string, points []string) {
 		// crash is an orphan: no record (docs/design.md, crash consistency).
 		assert.NotContains(t, roles, "journal", "a replace commit wrote the journal")
 		cptStagingSyncedFirst(t, plain)
+		cptDirSyncedAfterRename(t, plain)
 	} else {
 		require.Contains(t, roles, "journal", "no journal write in the %s commit's trace: the trace is broken", kind)
 		cptJournalFirst(t, plain)
@@ -157,24 +158,21 @@ func cptCheckKind(t *testing.T, kind string, points []string) {
 			continue
 		}
 		pos[point] = p
-		if p%2 == 0 {
-			t.Logf("%s: before call %d of %d", point, p/2+1, len(plain))
-		} else {
-			t.Logf("%s: within the step of call %d of %d", point, p/2+1, len(plain))
-		}
+		t.Logf("%s: %s", point, cptDescribe(plain, p))
 	}
-	if t.Failed() {
+	if len(pos) < len(points) {
 		return // positions are missing: the coverage would be wrong
 	}
 	for i := 1; i < len(points); i++ {
 		a, b := pos[points[i-1]], pos[points[i]]
 		switch {
 		case a == b:
-			t.Errorf("%s and %s are reached with no durable step of the %s commit between them (both %s call %d of %d): "+
-				"a step between them is gone, or one of them is not needed", points[i-1], points[i], kind, cptWhere(a), a/2+1, len(plain))
+			t.Errorf("crash points %s and %s are both reached %s, with no durable step of the %s commit between them: "+
+				"the step that was between them is gone (or one of the two points is not needed); the commit's durable calls are logged above",
+				points[i-1], points[i], cptDescribe(plain, a), kind)
 		case a > b:
-			t.Errorf("%s comes after %s in fs.CrashPoints (commit order) but before it in the commit (call %d against %d of %d)",
-				points[i], points[i-1], b/2+1, a/2+1, len(plain))
+			t.Errorf("%s comes after %s in fs.CrashPoints (commit order) but before it in the commit (%s, against %s)",
+				points[i], points[i-1], cptDescribe(plain, b), cptDescribe(plain, a))
 		}
 	}
 	gaps := map[string]bool{}
@@ -231,6 +229,24 @@ func cptStagingSyncedFirst(t *testing.T, calls []cptCall) {
 			synced = true
 		case c.role == "target":
 			assert.True(t, synced, "the staging file was renamed in place (%s) before it was fsynced", c.line)
+			return
+		}
+	}
+}
+
+// cptDirSyncedAfterRename requires an fsync of the directory after the
+// rename that puts the staging file in place (durability=full): until
+// then a power loss can undo the rename. TestReplaceDirSyncedBeforeClose
+// checks that it comes before the writer's close returns.
+func cptDirSyncedAfterRename(t *testing.T, calls []cptCall) {
+	t.Helper()
+	for i, c := range calls {
+		if c.role == "target" && strings.HasPrefix(c.name, "rename") {
+			synced := slices.ContainsFunc(calls[i+1:], func(d cptCall) bool {
+				return d.role == "dir" && (d.name == "fsync" || d.name == "fdatasync")
+			})
+			assert.True(t, synced, "the staging file was renamed in place (%s) and the directory was not fsynced after it: "+
+				"a power loss can undo the commit", c.line)
 			return
 		}
 	}
@@ -492,11 +508,19 @@ func cptRole(rel string, c crashCase) string {
 	return "other " + rel
 }
 
-// cptWhere says where a crash point's position is: before a call, or
-// within the step of one.
-func cptWhere(pos int) string {
-	if pos%2 == 0 {
-		return "before"
+// cptDescribe says where a crash point's position (cptPosition) is in
+// the plain commit's durable calls, naming them.
+func cptDescribe(plain []cptCall, pos int) string {
+	i, n := pos/2, len(plain)
+	switch {
+	case pos%2 == 1:
+		return fmt.Sprintf("within the step of call %d of %d, %s", i+1, n, plain[i])
+	case n == 0:
+		return "in a commit with no durable call"
+	case i == 0:
+		return fmt.Sprintf("before the first durable call, %s", plain[0])
+	case i >= n:
+		return fmt.Sprintf("after the last durable call (%d of %d), %s", n, n, plain[n-1])
 	}
-	return "within the step of"
+	return fmt.Sprintf("between call %d of %d, %s, and call %d, %s", i, n, plain[i-1], i+1, plain[i])
 }

@@ -128,13 +128,39 @@ func tryLock(t *testing.T, how, mnt string) string {
 	return strings.TrimSpace(p.wait(t))
 }
 
-// stillWaiting fails if w got the lock; it gives w's request a moment to
-// reach the daemon first (a lock wrongly granted would show by then; a
-// right answer does not depend on it).
+// stillWaiting fails if w got the lock. It first waits until w's lock
+// request is in its daemon (w waits for the answer: its kernel wait
+// channel is request_wait_answer), so that a lock wrongly granted is not
+// missed because w was slow to ask; then it gives the daemon a moment to
+// answer wrongly (a wrong answer has no event to wait for; a right one
+// does not depend on it).
 func stillWaiting(t *testing.T, w *proc) {
 	t.Helper()
+	for deadline := time.Now().Add(waitLimit); !inFuseRequest(w.cmd.Process.Pid); time.Sleep(5 * time.Millisecond) {
+		select {
+		case <-w.exited:
+			t.Fatalf("the waiter ended (%v) instead of waiting; output:\n%s", w.waitErr, w.out)
+		default:
+		}
+		require.NotContains(t, w.out.String(), "locked", "the waiter got a lock another daemon's process holds")
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter's lock request never reached its daemon within %v; output:\n%s", waitLimit, w.out)
+		}
+	}
 	time.Sleep(500 * time.Millisecond)
 	require.NotContains(t, w.out.String(), "locked", "the waiter got a lock another daemon's process holds")
+}
+
+// inFuseRequest reports whether a thread of process pid waits for the
+// answer to a FUSE request.
+func inFuseRequest(pid int) bool {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	for _, task := range tasks {
+		if w, _ := os.ReadFile(task + "/wchan"); string(w) == "request_wait_answer" {
+			return true
+		}
+	}
+	return false
 }
 
 func kill(t *testing.T, p *proc) {

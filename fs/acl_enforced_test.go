@@ -1,6 +1,6 @@
 package fs_test
 
-// POSIX ACLs through the mount (issue 9, item 3). With default_permissions
+// POSIX ACLs through the mount. With default_permissions
 // the kernel checks access itself; unless the file system negotiates
 // FUSE_POSIX_ACL it checks the mode bits only, so a named-user entry that
 // denies www-data, or a mask that limits a named group, is ignored through

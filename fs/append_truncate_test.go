@@ -1,6 +1,6 @@
 package fs_test
 
-// ftruncate and fallocate on an O_APPEND descriptor (issue 9, item 6).
+// ftruncate and fallocate on an O_APPEND descriptor.
 // Today the handle's pending version is a list of bytes to append, but
 // ftruncate(fd, n) copies the whole committed file into it and cuts or
 // extends that: the commit then appends the copy, so the file is

@@ -1,6 +1,6 @@
 package fs_test
 
-// Root's reserved blocks kept through the mount (issue 9, item 8):
+// Root's reserved blocks kept through the mount:
 // non-root writes stop at f_bavail less a reserve.
 
 import (
@@ -123,7 +123,7 @@ func resFillAs(t *testing.T, c testfs.Cred, prefix string) (written int64, where
 	return written, f[2], syscall.Errno(e)
 }
 
-// TestResNoSpaceKeepsRootReserve (item 8): staging and journal writes are
+// TestResNoSpaceKeepsRootReserve: staging and journal writes are
 // made by root, so through the mount www-data could fill the file system
 // into root's reserved blocks, to 0 free, after which root's own writes
 // failed. A non-root caller's writes through the mount must stop where

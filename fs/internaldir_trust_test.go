@@ -1,6 +1,6 @@
 package fs_test
 
-// Internal directory takeover (issue 9, item 2). BACKING's top directory
+// Internal directory takeover. BACKING's top directory
 // belongs to www-data in the common deployment, so www-data can rename
 // root's BACKING/.safefs aside (a rename within one directory needs no
 // permission on the directory moved) and put its own .safefs there. The

@@ -1,6 +1,6 @@
 package fs_test
 
-// Shared maps through the mount (issue 10). Every map is made and
+// Shared maps through the mount. Every map is made and
 // touched in a helper process (this test binary run again, see
 // TestMmapHelper), never in the test process, which serves the mount: a
 // page fault there on the mount's file could wait for the server while

@@ -4,7 +4,7 @@ import "slices"
 
 // nameSet is a file's names. Most files have one, so it is a slice: a
 // map of one entry costs about 250 bytes for each file the kernel
-// remembers (the memory row of issue 12), a slice of one 24.
+// remembers (the bench's memory row), a slice of one 24.
 type nameSet []name
 
 func (s nameSet) has(n name) bool { return slices.Contains(s, n) }

@@ -15,7 +15,7 @@ import (
 	"github.com/safefs/safefs/internal/magic"
 )
 
-// Passthrough (Options.Passthrough, issue 10): a read-only open may be
+// Passthrough (Options.Passthrough): a read-only open may be
 // served by the kernel from its own version's backing file
 // (FOPEN_PASSTHROUGH), so its reads and maps never reach the daemon.
 // What the kernel allows (fs/fuse/iomode.c, file.c, 6.18):

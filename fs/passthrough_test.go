@@ -1,6 +1,6 @@
 package fs_test
 
-// Passthrough for readers (option passthrough=read, issue 10): a reader
+// Passthrough for readers (option passthrough=read): a reader
 // alone on a file's version is served by the kernel from the backing
 // file; every other open still reads and writes through the daemon.
 // Maps and reads are made in helper processes (see mmap_test.go).

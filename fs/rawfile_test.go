@@ -90,7 +90,7 @@ m.flush(); m2.flush()
 print("ok")
 `
 
-// TestRawShmSharedMaps: the -shm file of a database (issue 45: a WAL
+// TestRawShmSharedMaps: the -shm file of a database (a WAL
 // process died of SIGBUS, and others lost updates) is one file for every
 // process: its size is the backing file's at once, each process's shared
 // map shows the others' stores, it grows by a write past its end, and

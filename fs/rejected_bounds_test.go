@@ -1,7 +1,7 @@
 package fs_test
 
 // rejected/ bounded per writing uid and in all, and its log lines rate
-// limited (issue 9, items 7 and 8).
+// limited.
 
 import (
 	"bufio"

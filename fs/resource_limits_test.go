@@ -1,6 +1,6 @@
 package fs_test
 
-// Resource exhaustion by a mount user (issue 9, items 7, 8 and 9):
+// Resource exhaustion by a mount user:
 // paths too long to commit, and one uid holding every descriptor of the
 // daemon. rejected/ that grows without bound (rejected_bounds_test.go)
 // and root's reserved blocks eaten through the mount
@@ -146,7 +146,7 @@ func resDeepDirfd(t testing.TB, top string, levels int, name string) int {
 	return fd
 }
 
-// TestResDeepPathFailsEarly (item 7a): www-data builds, through the mount,
+// TestResDeepPathFailsEarly: www-data builds, through the mount,
 // nested directories of 250-byte names until their path below the mount
 // is longer than a journal record can name (64 KiB). Such a file can
 // never be committed, so it must fail where it is made: the mkdir that
@@ -329,7 +329,7 @@ func resFailures(m map[syscall.Errno]int) string {
 	return b.String()
 }
 
-// TestResFilesPerUserCap (item 9a): one non-root uid may hold at most
+// TestResFilesPerUserCap: one non-root uid may hold at most
 // MaxFilesPerUser files open through the mount (every open handle holds
 // a daemon descriptor, readers too): EMFILE beyond, counted in
 // Stats().TooManyFiles, while other users and root keep working. Today

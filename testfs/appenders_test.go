@@ -1,6 +1,6 @@
 package testfs
 
-// Long-lived appenders (docs/appenders.md, issue 47): a FastCGI script or
+// Long-lived appenders (docs/appenders.md): a FastCGI script or
 // a daemon keeps its log open for append and writes one line per
 // request. Its complete lines become visible to other processes while it
 // lives, within append_publish (1 s), a partial last line never; killed

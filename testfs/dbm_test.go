@@ -1,6 +1,6 @@
 package testfs
 
-// DBM databases through the mount (issue 10): every module Perl offers on
+// DBM databases through the mount: every module Perl offers on
 // Debian, including those backed by gdbm, which maps its file shared.
 
 import (

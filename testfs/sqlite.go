@@ -50,7 +50,7 @@ func (c SQLiteCell) script() string {
 	return "sqlite_counter.pl"
 }
 
-// SQLiteCells is the matrix of issue 45: every journal mode and
+// SQLiteCells is the matrix of the SQLite suite: every journal mode and
 // synchronous setting, per request and kept open, in Python; WAL NORMAL
 // and DELETE FULL in Perl and PHP.
 func SQLiteCells() []SQLiteCell {

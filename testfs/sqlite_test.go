@@ -29,7 +29,7 @@ func TestSQLitePlainDir(t *testing.T) {
 }
 
 // TestContractSQLite: SQLite databases in the data directory come out
-// exactly as SQLite wrote them (issue 45): 8 processes that create a
+// exactly as SQLite wrote them: 8 processes that create a
 // database together and run transactions on it (BEGIN IMMEDIATE, read,
 // write, COMMIT) keep every increment, in every journal mode and
 // synchronous setting, with a connection per request and kept open,

@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-// The apache workload (issue 10, "serving data files to the web"): Apache
+// The apache workload ("serving data files to the web"): Apache
 // 2.4 (mpm_event, mod_cgid, Debian's defaults otherwise) serves page.html
 // from the target directory to 32 keep-alive connections of a Go client
 // while a Perl loop, as www-data like a CGI script, rewrites the page

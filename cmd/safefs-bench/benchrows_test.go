@@ -64,11 +64,11 @@ func TestShare(t *testing.T) {
 	}
 }
 
-// TestIssue12Rows runs the rows of issue 12 on real mounts with small
+// TestCommitCostRows runs the flock-counter, writers and memory rows on real mounts with small
 // sizes: the flock counter (exact, else the cell is an error) and the
 // writers rows are rates with all three ratios on every target; memory
 // has a cell on the safefs targets only, with a plausible RSS.
-func TestIssue12Rows(t *testing.T) {
+func TestCommitCostRows(t *testing.T) {
 	testfs.Available(t)
 	requirePerl(t)
 	dir := t.TempDir()

@@ -7,7 +7,7 @@ import (
 )
 
 // byHandTarget is the plain directory written the way a careful program
-// makes a durable atomic write without safefs (issue 12's anchor for
+// makes a durable atomic write without safefs (the anchor for
 // durability=full): write a temporary file, fsync it, rename it over the
 // name, fsync the directory. An append is a write and fdatasync: by hand
 // there is no atomic append, only a durable one.

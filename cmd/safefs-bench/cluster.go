@@ -1,6 +1,6 @@
 package main
 
-// The cluster table (issue 13): commits/s with in-process commit locks
+// The cluster table: commits/s with in-process commit locks
 // against etcd-backed ones, with one and with two daemons serving one
 // BACKING. Separate from the main table: it needs an etcd (-etcd URL).
 

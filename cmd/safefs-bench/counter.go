@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// naiveCounter is the unlocked read-modify-write of old CGI counters
-// (issue 11): open "<", read, close, open ">", write n+1, close. An open
+// naiveCounter is the unlocked read-modify-write of old CGI counters:
+// open "<", read, close, open ">", write n+1, close. An open
 // that fails is the script's death, as in a CGI script that dies.
 const naiveCounter = `
 my ($file, $n) = @ARGV;

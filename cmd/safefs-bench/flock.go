@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// flockCounter is the typical CGI counter (issue 12): open '+<', flock
+// flockCounter is the typical CGI counter: open '+<', flock
 // LOCK_EX, read, seek 0, truncate, print, close, which rewrites the file
 // in place. With "durable" (the by-hand target) it is the careful form
 // without safefs: flock a lock file, read, write a temporary file, fsync

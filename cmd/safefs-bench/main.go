@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.IntVar(&cfg.sqliteProcs, "sqlite-procs", 8, "sqlite-wal: processes at once")
 	fl.IntVar(&cfg.sqliteRuns, "sqlite-runs", 500, "sqlite-wal: transactions per process")
 	etcdURL := fl.String("etcd", "", "with -cluster: the etcd (URL) the safefs-etcd rows lock through")
-	clusterTable := fl.Bool("cluster", false, "print only the cluster table: commits/s with in-process and etcd locks, 1 and 2 daemons (issue 13)")
+	clusterTable := fl.Bool("cluster", false, "print only the cluster table: commits/s with in-process and etcd locks, 1 and 2 daemons")
 	clusterN := fl.Int("cluster-n", 200, "-cluster: commits per writer per cell")
 	cpuProfile := fl.String("cpuprofile", "", "write this process's CPU profile (the workloads' side: each FUSE target is served by a process of its own) to this file")
 	if err := fl.Parse(args); err != nil {

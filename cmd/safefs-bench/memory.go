@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// memoryRun measures the resident memory of a safefs daemon (issue 12:
+// memoryRun measures the resident memory of a safefs daemon (the goal:
 // growth within 32 MiB): a child daemon of the target's options on a
 // fresh directory of its own, so "after mount" is a fresh daemon's and
 // the figures are the daemon's alone. Its cell: RSS after mount, the

@@ -21,12 +21,12 @@ import (
 
 // The read-modify-write session rows (docs/sessions.md).
 //
-// servlet (issue 46): one JVM, servletThreads request threads x
+// servlet: one JVM, servletThreads request threads x
 // cfg.servletRuns, each Files.readAllLines, add one, Files.write with
 // TRUNCATE_EXISTING, no lock: the count kept. One learning request (one
 // thread, one round) comes first, untimed, on every target.
 //
-// cgi-views and cgi-bbs (issue 48): Apache (mod_cgid) runs a Perl CGI
+// cgi-views and cgi-bbs: Apache (mod_cgid) runs a Perl CGI
 // script that shows a count on GET and adds one on POST (the naive
 // read-modify-write), rendering for a while after it (a sleep: time
 // spent waiting, not computing, as a page's database or template

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// The sqlite-wal workload (issue 45): sqliteProcs processes each run
+// The sqlite-wal workload: sqliteProcs processes each run
 // sqliteRuns transactions on one SQLite database in WAL mode with
 // synchronous=NORMAL, each BEGIN IMMEDIATE, read a counter, write it
 // plus one, COMMIT, on a connection kept open (a FastCGI process's);

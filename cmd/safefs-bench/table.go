@@ -72,7 +72,7 @@ func cell(wl workload, rs map[string]result, t string, cfg config) string {
 			ratios = append(ratios, "?")
 		}
 	}
-	// The durable anchor, in the rows it runs (issue 12).
+	// The durable anchor, in the rows it runs.
 	if base, ok := rs[byHandTarget]; ok && base.ran && base.err == nil && base.value > 0 {
 		ratios = append(ratios, "by hand "+ratio(r.value/base.value)+"x")
 	}

@@ -325,7 +325,7 @@ func appendRun(size int64) func(e *env) (float64, error) {
 }
 
 // statSetup creates the files in BACKING; statRun times all the passes,
-// so the first one's lookups count, as in issue 10's measurement (Perl's
+// so the first one's lookups count, as measured (Perl's
 // stat of 2000 files x 5). Stat by name, as Perl's stat and lstat do.
 func statSetup(e *env) error {
 	for i := range e.cfg.statN {

@@ -11,7 +11,7 @@ import (
 
 // writersRow is the row writers-k: k goroutines, each on its own file,
 // rewrite 4 KiB (open >, write, close) until cfg.writersN commits are
-// made in all. Issue 12 compares 1, 4 and 16 (group commit, no global
+// made in all. The row compares 1, 4 and 16 (group commit, no global
 // lock on the commit path).
 func writersRow(k int) workload {
 	return workload{

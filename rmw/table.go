@@ -5,8 +5,10 @@
 // is refused at once, and every wait is bounded. Giving up never fails
 // the caller: it proceeds without a session, as on a plain directory.
 //
-// The package has no FUSE dependency: keys are logical files, holders
-// and waiters are thread ids (the caller's Family decides who joins).
+// The package has no FUSE dependency: keys are logical files (a
+// session moves with its path when a rename replaces its file), holders
+// and waiters are thread ids, or a script process's id for its children
+// (the caller's Family decides who joins).
 package rmw
 
 import (

@@ -268,12 +268,12 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 		}
 		dst.f.lostName(ghost)
 	}
-	learn := func() {}
+	after := func() {}
 	if flags&unix.RENAME_EXCHANGE == 0 {
-		learn = n.rmwRenamed(ctx, src, dst, np.childPath(newName)) // a rename over a file may be its write
+		after = n.rmwRenamed(ctx, src, dst, np.childPath(newName)) // a rename over a file may be its write
 	}
 	unlock()
-	learn()
+	after()
 	return 0
 }
 

@@ -90,10 +90,11 @@ func (n *Node) rmwNamesLock() (unlock func()) {
 // rmwNamesLock. A session on dst moves to src, the file now at its
 // path, with its waiters; when the renaming thread holds it (or is
 // family of its holder) the rename is its write: the session ends, as
-// at a commit. In auto mode a rename by a thread that read dst, or whose
-// process's child did, or whose sibling read dst and wrote src, is
-// learned from: by learn, called without the lock.
-func (n *Node) rmwRenamed(ctx context.Context, src, dst *Node, path string) (learn func()) {
+// at a commit. Otherwise, in auto mode, a rename by a thread that read
+// dst, or whose process's child did, or whose sibling read dst and
+// wrote src, is learned from. Both by after, called without the lock
+// (they may read /proc).
+func (n *Node) rmwRenamed(ctx context.Context, src, dst *Node, path string) (after func()) {
 	x := n.r.rmw
 	c, ok := fuse.FromContext(ctx)
 	tid := callerTid(ctx)
@@ -104,18 +105,17 @@ func (n *Node) rmwRenamed(ctx context.Context, src, dst *Node, path string) (lea
 	x.written.Add(to, time.Now())
 	s := x.table(c.Uid).Move(from, to)
 	x.moves.Add(from, to, path)
-	if s != nil && rmwOwns(s, tid) {
-		if cls := s.Class(); cls != nil {
-			cls.Wrote()
+	return func() {
+		if s != nil && rmwOwns(s, tid) {
+			if cls := s.Class(); cls != nil {
+				cls.Wrote()
+			}
+			s.MarkWrote()
+			s.End()
+		} else if x.auto {
+			n.r.rmwLearnRename(from, to, path, tid, c.Uid)
 		}
-		s.MarkWrote()
-		s.End()
-		return func() {}
 	}
-	if !x.auto {
-		return func() {}
-	}
-	return func() { n.r.rmwLearnRename(from, to, path, tid, c.Uid) }
 }
 
 // maxReenter bounds rmwEnterCurrent's tries.

@@ -402,6 +402,9 @@ func (h *handle) rmwCommitted() {
 	}
 	s := x.table(h.uid).Held(h.n.f.ino)
 	if s == nil {
+		// Perhaps a temporary file its committer renames over a file
+		// it holds a session on: that session's hold starts again.
+		x.table(h.uid).Rearm(int32(h.tid))
 		return
 	}
 	if s == h.rmw.sess || uint32(s.Holder) == h.tid || uint32(s.Holder) == h.closer {

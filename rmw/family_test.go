@@ -86,3 +86,23 @@ func TestMoves(t *testing.T) {
 		t.Fatalf("after Forget(3): Resolve(1) = %d, want 2", k)
 	}
 }
+
+// Rearm restarts the hold of its holder's sessions with no open left,
+// and only those.
+func TestTableRearm(t *testing.T) {
+	tb := New(time.Hour)
+	s, _, _ := tb.Enter(context.Background(), 1, 10, nil, time.Hour)
+	open, _, _ := tb.Enter(context.Background(), 2, 10, nil, time.Hour)
+	s.Close()
+	gen, openGen := s.gen, open.gen
+	tb.Rearm(11)
+	if s.gen != gen {
+		t.Fatal("another holder's Rearm restarted the hold")
+	}
+	tb.Rearm(10)
+	if s.gen != gen+1 || s.timer == nil || open.gen != openGen || open.timer != nil {
+		t.Fatalf("Rearm: gen %d (was %d), open session's gen %d (was %d)", s.gen, gen, open.gen, openGen)
+	}
+	s.End()
+	open.End()
+}

@@ -280,6 +280,23 @@ func (t *Table) unwaitLocked(pid int32, key uint64) {
 	}
 }
 
+// Rearm restarts the hold of the sessions held by holder with no open
+// left: the holder is still at its request (it committed another file,
+// a temporary one it will rename over the selected file).
+func (t *Table) Rearm(holder int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.held {
+		if s.Holder != holder || s.ended || s.open > 0 || s.timer == nil {
+			continue
+		}
+		s.timer.Stop()
+		s.gen++
+		gen := s.gen
+		s.timer = time.AfterFunc(t.hold, func() { s.endIf(gen) })
+	}
+}
+
 // Key is the key the session is on now.
 func (s *Session) Key() uint64 {
 	s.t.mu.Lock()

@@ -76,7 +76,8 @@ var shellCases = []shellCase{
 // a sed -i edit and an awk rewrite renamed over the file by mv, each
 // run as www-data with the default rmw=auto: learned within
 // maxLearning requests (the number is logged), then 8 x 25 concurrent
-// requests keep every update.
+// requests keep every update. Another script that only reads the file
+// (show.sh: its cat's parent is not learned) takes no session.
 func TestRMWShellScripts(t *testing.T) {
 	for _, c := range shellCases {
 		t.Run(strings.TrimSuffix(c.script, ".sh"), func(t *testing.T) {
@@ -95,6 +96,11 @@ func TestRMWShellScripts(t *testing.T) {
 			t.Logf("%s: %d of %d updates kept (stats %+v)", c.script, got, shellLoops*shellRuns, m.Stats())
 			require.Equal(t, shellLoops*shellRuns, got, "updates kept after learning")
 			requireNoGiveUp(t, m)
+			before := m.Stats()
+			runShell(t, www, "show.sh", file)
+			after := m.Stats()
+			require.Equal(t, before.RMWSessions, after.RMWSessions, "a script that only reads took sessions")
+			require.Equal(t, before.RMWWaits, after.RMWWaits, "a script that only reads waited")
 		})
 	}
 }

@@ -57,6 +57,11 @@
 // hosts. Releasing one publishes the releasing process's pending writes
 // first; a grant moves a daemon-served reader to the latest version.
 //
+// Read-modify-write sessions (rmw.go, rmw_family.go, rmw_store.go)
+// order an unlocked script's open..commit against another's: a thread's
+// session, or a script process's whose children open in its name, moved
+// by a rename over the file; the table is package rmw's.
+//
 // Requests act on a descriptor checked to be the caller's file
 // (self.go), never on a name. errno is made in one place (errno.go).
 //
@@ -72,7 +77,8 @@
 //     that the internal directory is the daemon's own; staging: staging
 //     files, their copies and the pool made ahead; xattr and acl.
 //   - proc: what /proc tells of a caller (a killed writer, a thread's
-//     process, descendants, descriptors held, command lines, leases);
+//     process, its parent, descendants, descriptors held, command
+//     lines, leases);
 //     exitwatch: sessions ended at their holder's exit.
 //   - mountinfo, mountroot, fuseconn, mountwatch, fuseprocs: the mount
 //     table, the swap of the mount's root, the FUSE connection seen from

@@ -256,6 +256,7 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 		closeFd(ghost)
 		return n.errno(err)
 	}
+	unlock := n.rmwNamesLock()
 	if src != nil {
 		src.f.dropName(n, nm)
 		src.f.addName(np, newName)
@@ -267,6 +268,12 @@ func (n *Node) Rename(ctx context.Context, nm string, newParent gofs.InodeEmbedd
 		}
 		dst.f.lostName(ghost)
 	}
+	after := func() {}
+	if flags&unix.RENAME_EXCHANGE == 0 {
+		after = n.rmwRenamed(ctx, src, dst, np.childPath(newName)) // a rename over a file may be its write
+	}
+	unlock()
+	after()
 	return 0
 }
 

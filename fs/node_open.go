@@ -127,15 +127,21 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if n.rawNow(flags) {
 		return n.openRaw(ctx, flags, tid, retry) // rawfile.go
 	}
+	// A session is waited for before the version is chosen, so the
+	// opener reads what the previous holder committed; a rename over
+	// the file meanwhile sends it to the new file (rmw_family.go).
+	sess := n.rmwEnter(ctx, flags)
+	if !retry && n.rmwReplaced(sess) {
+		n.r.refused.Note(tid)
+		return nil, 0, syscall.ESTALE // the kernel looks the name up again
+	}
 	if isWrite(flags) && !n.writerMayOpen(tid, retry) || !isWrite(flags) && !n.readerMayOpen(tid, retry) {
+		sess.Close() // the retry joins it
 		n.r.refused.Note(tid)
 		n.r.crash("open-refused")     // a stop point for tests only
 		return nil, 0, syscall.ESTALE // the kernel looks the name up again
 	}
 	defer n.openDone(tid)
-	// A session is waited for before the version is opened, so the
-	// opener reads what the previous holder committed.
-	sess := n.rmwEnter(ctx, flags)
 	if err := n.r.takeFile(ctx); err != nil {
 		sess.Close()
 		return nil, 0, n.errno(err)

@@ -40,6 +40,14 @@ type rmwState struct {
 	learned *rmw.Learned
 	classes *rmw.Classes // of the learned pairs' requests
 	reads   *rmw.Reads
+	writes  *rmw.Reads // who opened which file for writing (rmw_family.go)
+	moves   *rmw.Moves // renames over files (rmw_family.go)
+	// names orders a rename's change of names and its move of a
+	// session against an open's check of which file is at its path.
+	names sync.RWMutex
+	// written: files opened for writing or renamed over lately: only
+	// their readers' parents are read (rmw_family.go).
+	written recent.Set[uint64]
 	exits   *exitwatch.Watch
 	saveMu  sync.Mutex
 	warnLog loglimit.Limit
@@ -91,7 +99,9 @@ func (r *root) rmwStart() error {
 	}
 	x := &rmwState{hold: o.RMWHold, tables: map[uint32]*rmw.Table{}, globs: o.RMWGlobs, auto: o.RMWAuto,
 		learned: rmw.NewLearned(), classes: rmw.NewClasses(), reads: rmw.NewReads(rmwReadKeep), exits: ex,
-		locking: recent.Set[rmw.Pair]{Keep: lockingKeep, Max: maxLockingPairs}}
+		locking: recent.Set[rmw.Pair]{Keep: lockingKeep, Max: maxLockingPairs},
+		writes:  rmw.NewReads(rmwReadKeep), written: recent.Set[uint64]{Keep: writtenKeep, Max: maxWritten},
+		moves: rmw.NewMoves(rmwReadKeep)}
 	if o.RMWAuto {
 		x.learned = r.loadLearned()
 	}
@@ -133,9 +143,14 @@ func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 	if !ok || tid == 0 {
 		return nil
 	}
-	_, sel, cls := n.rmwSelected(tid, c.Uid)
+	key, paths := n.rmwKey()
+	as, sel, cls := n.rmwSelected(tid, c.Uid, paths)
 	if !sel {
 		return nil
+	}
+	who := int32(tid) // the session's holder: the thread, or its parent
+	if as != 0 {
+		who = int32(as)
 	}
 	var unneeded <-chan struct{}
 	switch {
@@ -154,7 +169,7 @@ func (n *Node) rmwEnter(ctx context.Context, flags uint32) *rmw.Session {
 	}
 	// The session is the calling thread's: FUSE requests carry it.
 	start := time.Now()
-	s, out, other := x.table(c.Uid).EnterUnless(ctx, n.f.ino, int32(tid), proc.IsFamily, n.r.opts.RMWWait, unneeded)
+	s, out, other := n.rmwEnterCurrent(ctx, x.table(c.Uid), key, who, unneeded) // rmw_family.go
 	if out.Waited() {
 		n.r.count.rmwWaitNanos.Add(int64(time.Since(start)))
 	}
@@ -203,16 +218,16 @@ func rmwLockKey(uid uint32, path string) lockmgr.Key {
 }
 
 // rmwSelected reports whether the opens of n by thread tid of user uid
-// take sessions, its process, and for a learned pair the class of the
-// process's request (nil: every open takes a session). Globs select
-// every process; learned paths only the programs that user was seen
-// running when it did a read-modify-write on them.
-func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool, *rmw.Class) {
+// take sessions, the process they take it in the name of (0: the thread
+// itself), and for a learned pair the class of the process's request
+// (nil: every open takes a session). Globs select every process;
+// learned paths only the programs that user was seen running when it
+// did a read-modify-write on them, and the children of a family pair's.
+func (n *Node) rmwSelected(tid, uid uint32, paths []string) (uint32, bool, *rmw.Class) {
 	x := n.r.rmw
-	paths := n.names()
 	for _, p := range paths {
 		if x.globs.Match(p) {
-			return proc.TgidOrSelf(tid), true, nil
+			return 0, true, nil
 		}
 	}
 	if !x.auto {
@@ -226,12 +241,12 @@ func (n *Node) rmwSelected(tid, uid uint32) (uint32, bool, *rmw.Class) {
 			pid := proc.TgidOrSelf(tid)
 			pair := rmw.Pair{UID: uid, Path: p, Cmd: proc.Program(pid)}
 			if pair.Cmd == "" {
-				return pid, true, nil
+				return 0, true, nil
 			}
 			if !x.learned.Has(pair) {
-				return pid, false, nil
+				return n.rmwParentSelected(pid, pair) // rmw_family.go
 			}
-			return pid, true, x.classes.Get(pair, proc.RequestFeatures(pid))
+			return 0, true, x.classes.Get(pair, proc.RequestFeatures(pid))
 		}
 	}
 	return 0, false, nil
@@ -298,16 +313,24 @@ func (n *Node) rmwOpened(h *handle, s *rmw.Session, flags uint32) {
 	if !x.auto || h.tgid == 0 {
 		return
 	}
-	// A read and a write by one thread: only then can a thread's
-	// session serialize them (a pool thread that writes what another
-	// read is not learned from).
 	if !isWrite(flags) {
-		x.reads.Note(n.f.ino, int32(h.tid))
+		n.rmwNoteRead(h) // rmw_family.go
 		return
 	}
-	if s == nil && x.reads.Read(n.f.ino, int32(h.tid)) {
+	n.rmwNoteWrite(h)
+	if s != nil {
+		return
+	}
+	// A read and a write by one thread: a thread's session serializes
+	// them (a pool thread that writes what another read is not learned
+	// from). A read by a child of the writer's process: a family pair.
+	switch {
+	case x.reads.Read(n.f.ino, int32(h.tid)):
 		h.rmw.tried = true
-		n.r.rmwLearn(n, h.tgid, h.uid)
+		n.r.rmwLearn(n.path(), h.tgid, h.uid, false)
+	case x.reads.ChildRead(n.f.ino, int32(h.tgid)) != 0:
+		h.rmw.tried = true
+		n.r.rmwLearn(n.path(), h.tgid, h.uid, true)
 	}
 }
 
@@ -320,13 +343,15 @@ func (h *handle) rmwWrite() {
 		return
 	}
 	h.rmw.tried = true
-	h.n.r.rmwLearn(h.n, h.tgid, h.uid)
+	h.n.r.rmwLearn(h.n.path(), h.tgid, h.uid, false)
 }
 
 // rmwLearn learns (path, program) for process pid of user uid, which
-// read the file and now writes it, unless it holds a flock or fcntl
-// lock: then it serializes itself, and a session could only add a wait.
-func (r *root) rmwLearn(n *Node, pid, uid uint32) {
+// read the file (itself, or through a child: family) and now writes it,
+// unless it holds a flock or fcntl lock: then it serializes itself, and
+// a session could only add a wait. A family pair is learned only for a
+// process of one thread: its children open the file in its name.
+func (r *root) rmwLearn(path string, pid, uid uint32, family bool) {
 	x := r.rmw
 	// A lock held through this daemon is known without /proc: a flock
 	// counter's writes (the lock holder's, on its critical path) read
@@ -334,9 +359,10 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 	if x.learned.Full(uid) || r.book.HeldBy(pid) {
 		return
 	}
-	p := rmw.Pair{UID: uid, Path: n.path(), Cmd: proc.Program(pid)}
+	p := rmw.Pair{UID: uid, Path: path, Cmd: proc.Program(pid)}
 	now := time.Now()
-	if p.Cmd == "" || x.learned.Has(p) || x.locking.Has(p, now) {
+	known := x.learned.Has(p) && (!family || x.learned.IsFamily(p))
+	if p.Cmd == "" || known || x.locking.Has(p, now) || family && !proc.SingleThreaded(pid) {
 		return
 	}
 	if held, known := proc.HoldsLock(pid); held {
@@ -345,14 +371,19 @@ func (r *root) rmwLearn(n *Node, pid, uid uint32) {
 		}
 		return
 	}
-	if !x.learned.Add(p) {
+	add := x.learned.Add
+	if family {
+		add = x.learned.AddFamily
+	}
+	if !add(p) {
 		return
 	}
 	if c := x.classes.Get(p, proc.RequestFeatures(pid)); c != nil {
 		c.Wrote() // the learning request's class writes
 	}
 	r.log.Info("rmw: learned a read-modify-write without a lock: its opens of this file take sessions",
-		zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd), zap.Uint32("uid", uid), zap.Uint32("pid", pid))
+		zap.String("path", logPath(p.Path)), zap.String("program", p.Cmd), zap.Uint32("uid", uid), zap.Uint32("pid", pid),
+		zap.Bool("family", family))
 	if x.learned.Full(uid) {
 		r.log.Warn("rmw: no more pairs are learned for this user (its share, or all users' but root's, is full)",
 			zap.Uint32("uid", uid), zap.Int("per_uid", rmw.MaxPerUID), zap.Int("all_users", rmw.MaxLearned))
@@ -371,6 +402,9 @@ func (h *handle) rmwCommitted() {
 	}
 	s := x.table(h.uid).Held(h.n.f.ino)
 	if s == nil {
+		// Perhaps a temporary file its committer renames over a file
+		// it holds a session on: that session's hold starts again.
+		x.table(h.uid).Rearm(int32(h.tid))
 		return
 	}
 	if s == h.rmw.sess || uint32(s.Holder) == h.tid || uint32(s.Holder) == h.closer {

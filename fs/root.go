@@ -168,6 +168,7 @@ func (r *root) forget(f *file) {
 			// one must not make that one's first write look like a
 			// read-modify-write.
 			r.rmw.reads.Forget(f.ino)
+			r.rmw.moves.Forget(f.ino)
 		}
 	}
 }

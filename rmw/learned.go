@@ -34,13 +34,16 @@ const (
 const MaxBytes = (MaxLearned + MaxPerUID) * maxLine
 
 // maxLine bounds one stored line: a uid, a path (journal targets are
-// bounded the same way) and a command, quoted.
-const maxLine = 4*(MaxPath+MaxCmd) + 20
+// bounded the same way) and a command, quoted, and the family word.
+const maxLine = 4*(MaxPath+MaxCmd) + 30
 
 // Pair is a file, by its path below the mount root, and a program (a
 // name argv cannot choose: see the caller) that user UID was seen
 // running when it read the file and then wrote it without a lock of its
-// own. A pair selects only that user's processes.
+// own. A pair selects only that user's processes. A family pair was
+// learned from a request whose read and write were made by different
+// processes of one tree (a shell's cat, its redirect, its mv): the
+// program's children then open the file in its name.
 type Pair struct {
 	UID       uint32
 	Path, Cmd string
@@ -55,25 +58,44 @@ type userPath struct {
 // Learned is the set of pairs learned in auto mode.
 type Learned struct {
 	mu     sync.Mutex
-	pairs  map[Pair]bool
+	pairs  map[Pair]bool    // true: a family pair
 	paths  map[userPath]int // how many pairs name each path, per user
+	fam    map[userPath]int // how many family pairs name each path
 	byUID  map[uint32]int   // pairs per user
 	others int              // pairs of users other than root
 }
 
 // NewLearned returns an empty set.
 func NewLearned() *Learned {
-	return &Learned{pairs: map[Pair]bool{}, paths: map[userPath]int{}, byUID: map[uint32]int{}}
+	return &Learned{pairs: map[Pair]bool{}, paths: map[userPath]int{}, fam: map[userPath]int{}, byUID: map[uint32]int{}}
 }
 
 // Add learns p; false if known already, too long, or past a bound.
-func (l *Learned) Add(p Pair) bool {
+func (l *Learned) Add(p Pair) bool { return l.add(p, false) }
+
+// AddFamily learns p as a family pair (a known pair becomes one); false
+// if it was one already, too long, or past a bound.
+func (l *Learned) AddFamily(p Pair) bool { return l.add(p, true) }
+
+func (l *Learned) add(p Pair, family bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pairs[p] || l.fullLocked(p.UID) || len(p.Path) > MaxPath || len(p.Cmd) > MaxCmd {
+	fam, known := l.pairs[p]
+	if known {
+		if !family || fam {
+			return false
+		}
+		l.pairs[p] = true
+		l.fam[userPath{p.UID, p.Path}]++
+		return true
+	}
+	if l.fullLocked(p.UID) || len(p.Path) > MaxPath || len(p.Cmd) > MaxCmd {
 		return false
 	}
-	l.pairs[p] = true
+	l.pairs[p] = family
+	if family {
+		l.fam[userPath{p.UID, p.Path}]++
+	}
 	l.paths[userPath{p.UID, p.Path}]++
 	l.byUID[p.UID]++
 	if p.UID != 0 {
@@ -101,8 +123,24 @@ func (l *Learned) HasPath(uid uint32, p string) bool {
 	return l.paths[userPath{uid, p}] > 0
 }
 
+// HasFamilyPath reports whether a family pair was learned for path and
+// user uid: only then is an opener's parent worth reading.
+func (l *Learned) HasFamilyPath(uid uint32, p string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fam[userPath{uid, p}] > 0
+}
+
 // Has reports whether p was learned.
 func (l *Learned) Has(p Pair) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.pairs[p]
+	return ok
+}
+
+// IsFamily reports whether p was learned as a family pair.
+func (l *Learned) IsFamily(p Pair) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.pairs[p]
@@ -130,7 +168,7 @@ func (l *Learned) List() []Pair {
 }
 
 // Encode writes the pairs one a line: the uid, then the path and the
-// program as Go-quoted strings.
+// program as Go-quoted strings, then "family" for a family pair.
 func (l *Learned) Encode() []byte {
 	var b bytes.Buffer
 	for _, p := range l.List() {
@@ -139,6 +177,9 @@ func (l *Learned) Encode() []byte {
 		b.WriteString(strconv.Quote(p.Path))
 		b.WriteByte(' ')
 		b.WriteString(strconv.Quote(p.Cmd))
+		if l.IsFamily(p) {
+			b.WriteString(" " + familyWord)
+		}
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
@@ -157,11 +198,11 @@ func Decode(r io.Reader) (*Learned, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
 	for sc.Scan() {
-		p, err := parseLine(sc.Text())
+		p, family, err := parseLine(sc.Text())
 		if err != nil {
 			return NewLearned(), err
 		}
-		l.Add(p)
+		l.add(p, family)
 	}
 	if err := sc.Err(); err != nil {
 		return NewLearned(), ErrBadLearned
@@ -169,33 +210,45 @@ func Decode(r io.Reader) (*Learned, error) {
 	return l, nil
 }
 
-func parseLine(s string) (Pair, error) {
+// familyWord ends the stored line of a family pair.
+const familyWord = "family"
+
+func parseLine(s string) (Pair, bool, error) {
+	bad := func() (Pair, bool, error) { return Pair{}, false, ErrBadLearned }
 	us, rest, ok := strings.Cut(s, " ")
 	if !ok {
-		return Pair{}, ErrBadLearned
+		return bad()
 	}
 	uid, err := strconv.ParseUint(us, 10, 32)
 	if err != nil {
-		return Pair{}, ErrBadLearned
+		return bad()
 	}
 	qp, err := strconv.QuotedPrefix(rest)
 	if err != nil {
-		return Pair{}, ErrBadLearned
+		return bad()
 	}
 	rest, ok = strings.CutPrefix(rest[len(qp):], " ")
 	if !ok {
-		return Pair{}, ErrBadLearned
+		return bad()
 	}
 	qc, err := strconv.QuotedPrefix(rest)
-	if err != nil || len(qc) != len(rest) {
-		return Pair{}, ErrBadLearned
+	if err != nil {
+		return bad()
+	}
+	family := false
+	switch rest[len(qc):] {
+	case "":
+	case " " + familyWord:
+		family = true
+	default:
+		return bad()
 	}
 	p, _ := strconv.Unquote(qp)
 	c, _ := strconv.Unquote(qc)
 	if p == "" || path.IsAbs(p) {
-		return Pair{}, ErrBadLearned
+		return bad()
 	}
-	return Pair{UID: uint32(uid), Path: p, Cmd: c}, nil
+	return Pair{UID: uint32(uid), Path: p, Cmd: c}, family, nil
 }
 
 // Globs selects paths (relative to the mount root): a glob with a '/'

@@ -5,13 +5,20 @@ import (
 	"time"
 )
 
-// Reads remembers, for a short while, which process read which file, so
-// that its later open for writing can be told a read-modify-write.
+// Reads remembers, for a short while, which thread read which file, and
+// the reader's parent process when the caller knew it, so that a later
+// write by that thread, or by its parent, can be told a
+// read-modify-write. A Reads also serves to remember writes.
 type Reads struct {
 	mu   sync.Mutex
 	keep time.Duration
-	seen map[uint64]map[int32]time.Time // key, then pid
-	n    int                            // entries in seen
+	seen map[uint64]map[int32]read // key, then thread
+	n    int                       // entries in seen
+}
+
+type read struct {
+	at     time.Time
+	parent int32 // the reader's parent process, 0 if not known
 }
 
 // maxReads bounds the table; past it, entries older than keep go.
@@ -19,11 +26,14 @@ const maxReads = 4096
 
 // NewReads remembers reads for keep.
 func NewReads(keep time.Duration) *Reads {
-	return &Reads{keep: keep, seen: map[uint64]map[int32]time.Time{}}
+	return &Reads{keep: keep, seen: map[uint64]map[int32]read{}}
 }
 
 // Note records that pid read key now.
-func (r *Reads) Note(key uint64, pid int32) {
+func (r *Reads) Note(key uint64, pid int32) { r.NoteChild(key, pid, 0) }
+
+// NoteChild records that pid, a child of process parent, read key now.
+func (r *Reads) NoteChild(key uint64, pid, parent int32) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -35,21 +45,36 @@ func (r *Reads) Note(key uint64, pid int32) {
 	}
 	m := r.seen[key]
 	if m == nil {
-		m = map[int32]time.Time{}
+		m = map[int32]read{}
 		r.seen[key] = m
 	}
 	if _, ok := m[pid]; !ok {
 		r.n++
 	}
-	m[pid] = now
+	m[pid] = read{now, parent}
 }
 
 // Read reports whether pid read key within keep.
 func (r *Reads) Read(key uint64, pid int32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	at, ok := r.seen[key][pid]
-	return ok && time.Since(at) <= r.keep
+	e, ok := r.seen[key][pid]
+	return ok && time.Since(e.at) <= r.keep
+}
+
+// ChildRead returns the thread that last read key within keep among the
+// children of process parent (noted by NoteChild); 0 if none.
+func (r *Reads) ChildRead(key uint64, parent int32) int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var last read
+	tid := int32(0)
+	for pid, e := range r.seen[key] {
+		if e.parent == parent && parent != 0 && time.Since(e.at) <= r.keep && e.at.After(last.at) {
+			tid, last = pid, e
+		}
+	}
+	return tid
 }
 
 // Forget drops the reads of key: the file is gone, and its number may
@@ -66,8 +91,8 @@ func (r *Reads) Forget(key uint64) {
 // learning.
 func (r *Reads) pruneLocked(now time.Time) {
 	for key, m := range r.seen {
-		for pid, at := range m {
-			if now.Sub(at) > r.keep {
+		for pid, e := range m {
+			if now.Sub(e.at) > r.keep {
 				delete(m, pid)
 				r.n--
 			}

@@ -5,8 +5,10 @@
 // is refused at once, and every wait is bounded. Giving up never fails
 // the caller: it proceeds without a session, as on a plain directory.
 //
-// The package has no FUSE dependency: keys are logical files, holders
-// and waiters are thread ids (the caller's Family decides who joins).
+// The package has no FUSE dependency: keys are logical files (a
+// session moves with its path when a rename replaces its file), holders
+// and waiters are thread ids, or a script process's id for its children
+// (the caller's Family decides who joins).
 package rmw
 
 import (
@@ -50,7 +52,7 @@ type Table struct {
 
 // Session is one thread's exclusive session on one key.
 type Session struct {
-	Key    uint64
+	key    uint64 // guarded by t.mu: Move changes it
 	Holder int32
 	Since  time.Time // when the holder got it
 
@@ -103,6 +105,7 @@ func (s *Session) OnEnd(f func()) {
 }
 
 type waiter struct {
+	key      uint64 // guarded by t.mu: Move changes it
 	pid      int32
 	since    time.Time
 	unneeded <-chan struct{}
@@ -179,17 +182,17 @@ func (t *Table) EnterUnless(ctx context.Context, key uint64, pid int32, fam Fami
 		return nil, Unneeded, s.Holder
 	default:
 	}
-	w := &waiter{pid: pid, since: time.Now(), unneeded: unneeded, ch: make(chan struct{})}
+	w := &waiter{key: key, pid: pid, since: time.Now(), unneeded: unneeded, ch: make(chan struct{})}
 	s.queue = append(s.queue, w)
 	t.waits[pid] = append(t.waits[pid], key)
 	t.mu.Unlock()
-	return t.await(ctx, key, w, wait, unneeded)
+	return t.await(ctx, w, wait, unneeded)
 }
 
 // await blocks until w is granted, the wait passes or ctx ends. If the
 // grant and the end come together, the lock decides: still queued means
 // we leave; not queued means the session is ours.
-func (t *Table) await(ctx context.Context, key uint64, w *waiter, wait time.Duration, unneeded <-chan struct{}) (*Session, Outcome, int32) {
+func (t *Table) await(ctx context.Context, w *waiter, wait time.Duration, unneeded <-chan struct{}) (*Session, Outcome, int32) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	out := GaveUp
@@ -204,11 +207,11 @@ func (t *Table) await(ctx context.Context, key uint64, w *waiter, wait time.Dura
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.held[key]
+	s := t.held[w.key]
 	if s != nil {
 		if i := slices.Index(s.queue, w); i >= 0 {
 			s.queue = slices.Delete(s.queue, i, i+1)
-			t.unwaitLocked(w.pid, key)
+			t.unwaitLocked(w.pid, w.key)
 			if out != Unneeded {
 				s.passLocked(w.pid)
 			}
@@ -226,7 +229,7 @@ func (s *Session) passLocked(pid int32) {
 }
 
 func (t *Table) takeLocked(key uint64, pid int32) *Session {
-	s := &Session{Key: key, Holder: pid, Since: time.Now(), t: t, open: 1}
+	s := &Session{key: key, Holder: pid, Since: time.Now(), t: t, open: 1}
 	t.held[key] = s
 	return s
 }
@@ -277,6 +280,56 @@ func (t *Table) unwaitLocked(pid int32, key uint64) {
 	}
 }
 
+// Rearm restarts the hold of the sessions held by holder with no open
+// left: the holder is still at its request (it committed another file,
+// a temporary one it will rename over the selected file).
+func (t *Table) Rearm(holder int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.held {
+		if s.Holder != holder || s.ended || s.open > 0 || s.timer == nil {
+			continue
+		}
+		s.timer.Stop()
+		s.gen++
+		gen := s.gen
+		s.timer = time.AfterFunc(t.hold, func() { s.endIf(gen) })
+	}
+}
+
+// Key is the key the session is on now.
+func (s *Session) Key() uint64 {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.key
+}
+
+// Move moves the session on from, with its waiters, to key to: a rename
+// replaced the file at the session's path with another (the session is
+// the request's, whose next open will find the new file). Nothing moves
+// when to has a session of its own. It returns the session moved, nil
+// if none.
+func (t *Table) Move(from, to uint64) *Session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.held[from]
+	if s == nil || from == to || t.held[to] != nil {
+		return nil
+	}
+	delete(t.held, from)
+	t.held[to] = s
+	s.key = to
+	for _, w := range s.queue {
+		w.key = to
+		if ks := t.waits[w.pid]; ks != nil {
+			if i := slices.Index(ks, from); i >= 0 {
+				ks[i] = to
+			}
+		}
+	}
+	return s
+}
+
 // Held returns the session on key, nil if none.
 func (t *Table) Held(key uint64) *Session {
 	t.mu.Lock()
@@ -322,7 +375,7 @@ func (t *Table) Snapshot() []SessionInfo {
 	defer t.mu.Unlock()
 	out := make([]SessionInfo, 0, len(t.held))
 	for _, s := range t.held {
-		h := SessionInfo{Key: s.Key, Holder: s.Holder, Since: s.Since, Open: s.open}
+		h := SessionInfo{Key: s.key, Holder: s.Holder, Since: s.Since, Open: s.open}
 		for _, w := range s.queue {
 			h.Waiters = append(h.Waiters, WaiterInfo{ID: w.pid, Since: w.since})
 		}
@@ -407,7 +460,7 @@ func (s *Session) endLocked() {
 		s.timer.Stop()
 		s.timer = nil
 	}
-	if t.held[s.Key] != s {
+	if t.held[s.key] != s {
 		return
 	}
 	// Waiters no longer in need (their class was judged read-only, by
@@ -415,20 +468,20 @@ func (s *Session) endLocked() {
 	for len(s.queue) > 0 && closed(s.queue[0].unneeded) {
 		w := s.queue[0]
 		s.queue = s.queue[1:]
-		t.unwaitLocked(w.pid, s.Key)
+		t.unwaitLocked(w.pid, s.key)
 		w.out = Unneeded
 		close(w.ch)
 	}
 	if len(s.queue) == 0 {
-		delete(t.held, s.Key)
+		delete(t.held, s.key)
 		return
 	}
 	w := s.queue[0]
 	w.out = Granted
-	next := t.takeLocked(s.Key, w.pid)
+	next := t.takeLocked(s.key, w.pid)
 	next.queue = s.queue[1:]
 	s.queue = nil
-	t.unwaitLocked(w.pid, s.Key)
+	t.unwaitLocked(w.pid, s.key)
 	w.s = next
 	close(w.ch)
 }

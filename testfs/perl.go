@@ -20,10 +20,10 @@ func PerlScript(name string) string {
 	return filepath.Join(filepath.Dir(file), "perl", name)
 }
 
-// Perl is one run of a workload script: Perl, or PHP or Python (Lang).
+// Perl is one run of a workload script: Perl, or PHP, Python or sh (Lang).
 type Perl struct {
-	Lang   string        // "" (perl), "php" or "python"
-	Script string        // name in testfs/perl/ (testfs/php/, testfs/python/)
+	Lang   string        // "" (perl), "php", "python" or "sh"
+	Script string        // name in testfs/perl/ (testfs/php/, testfs/python/, testfs/sh/)
 	Args   []string      // arguments after the script
 	As     *Cred         // run as this user; nil: as the test
 	Dir    string        // working directory; "": the test's
@@ -56,6 +56,8 @@ func (p Perl) interpreter() (string, string) {
 	switch p.Lang {
 	case "php":
 		return "php", filepath.Join(testfs, "php", p.Script)
+	case "sh":
+		return "/bin/sh", filepath.Join(testfs, "sh", p.Script)
 	case "python":
 		// Debian's, not a user's own (pyenv): www-data runs it too.
 		return "/usr/bin/python3", filepath.Join(testfs, "python", p.Script)

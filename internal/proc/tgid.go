@@ -110,3 +110,40 @@ func (t *threadTable) put(tid, tgid uint32) {
 	}
 	t.tgid[tid] = tgid
 }
+
+// Parent returns the parent process of thread tid (of its process), 0
+// when it cannot be told: through a pidfd (three calls that never wait),
+// else /proc/<pid>/stat, bounded by SessionWait.
+func Parent(tid uint32) uint32 {
+	if tid == 0 {
+		return 0
+	}
+	if fd, err := unix.PidfdOpen(int(tid), unix.PIDFD_THREAD); err == nil {
+		info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+		err := unix.IoctlPidfdInfo(fd, &info)
+		unix.Close(fd)
+		if err == nil && info.Tgid != 0 {
+			return info.Ppid
+		}
+	}
+	return sessionBounded(0, func() uint32 {
+		pp, err := parentOf(int32(tid))
+		if err != nil || pp < 0 {
+			return 0
+		}
+		return uint32(pp)
+	})
+}
+
+// SingleThreaded reports whether process pid runs one thread (field 20
+// of /proc/<pid>/stat): only such a process is taken for one request
+// whose children open files in its name.
+func SingleThreaded(pid uint32) bool {
+	if pid == 0 {
+		return false
+	}
+	return sessionBounded(false, func() bool {
+		f, err := statField(pid, 20)
+		return err == nil && f == "1"
+	})
+}

@@ -3,6 +3,7 @@ package proc
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 
@@ -106,4 +107,27 @@ func TestTgidOrSelf(t *testing.T) {
 	assert.Equal(t, uint32(gone), TgidOrSelf(gone))
 	assert.Zero(t, Tgid(gone))
 	assert.Zero(t, TgidOrSelf(0))
+}
+
+func TestParent(t *testing.T) {
+	if got := Parent(uint32(os.Getpid())); got != uint32(os.Getppid()) {
+		t.Fatalf("Parent(self) = %d, want %d", got, os.Getppid())
+	}
+	if Parent(0) != 0 {
+		t.Fatal("Parent(0) is not 0")
+	}
+}
+
+func TestSingleThreaded(t *testing.T) {
+	if SingleThreaded(uint32(os.Getpid())) {
+		t.Fatal("a Go test binary runs several threads")
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if !SingleThreaded(uint32(cmd.Process.Pid)) {
+		t.Fatal("sleep is single-threaded")
+	}
 }

@@ -17,7 +17,8 @@
 # --plain gives both web servers BACKING itself, without safefs: the shared
 # directory as a farm without safefs has it (the rows that fail are the
 # point). ONE_MOUNT=h1 gives both web servers h1's mount (one daemon, a
-# diagnostic). KEEP=1 keeps the temporary directory (logs, BACKING).
+# diagnostic). SAFEFS_OPTS adds -o options to both daemons (rmw_hold=20s,
+# log_level=debug, ...). KEEP=1 keeps the temporary directory (logs, BACKING).
 # SAFEFS names the binary (default: safefs in PATH). Needs root,
 # /dev/fuse, etcd (etcd-server), nginx, apache2, ab (apache2-utils), perl,
 # curl. Everything it starts runs below one temporary directory and is
@@ -105,7 +106,7 @@ for h in h1 h2; do
 		continue
 	fi
 	MNTS+=("$WORK/$h/data")
-	"$SAFEFS" mount -o "cluster=etcd,etcd=http://127.0.0.1:$EP,cluster_name=farm,node=$h,allow_other,rmw=naive.txt,rmw_wait=30s,lock_timeout=30s" \
+	"$SAFEFS" mount -o "cluster=etcd,etcd=http://127.0.0.1:$EP,cluster_name=farm,node=$h,allow_other,rmw=naive.txt,rmw_wait=30s${SAFEFS_OPTS:+,$SAFEFS_OPTS},lock_timeout=30s" \
 		"$BACKING" "$WORK/$h/data" >"$WORK/$h/safefs.log" 2>&1 &
 	PIDS+=($!)
 	waitfor grep -q " $WORK/$h/data fuse" /proc/mounts || die "safefs on $h did not mount: $(tail -5 "$WORK/$h/safefs.log")"

@@ -89,10 +89,12 @@ func (p *Pool) pop() (int, bool) {
 }
 
 // refused: this file system or this daemon (linkat of an fd needs
-// CAP_DAC_READ_SEARCH) cannot do it at all.
+// CAP_DAC_READ_SEARCH) cannot do it at all. EXDEV: a FUSE file system
+// as BACKING (go-fuse's loopback) makes the O_TMPFILE but will not link
+// it.
 func refused(err error) bool {
 	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOENT) ||
-		errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL)
+		errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EXDEV)
 }
 
 func (p *Pool) poke() {

@@ -95,12 +95,25 @@ func start(t testing.TB, bin string, cfg *TLS) (*Server, error) {
 }
 
 func (s *Server) run() error {
+	if err := s.launch(); err != nil {
+		return err
+	}
+	return s.waitReady()
+}
+
+// launch starts the etcd process without waiting for it to serve.
+func (s *Server) launch() error {
 	s.cmd = exec.Command(s.bin, s.args...)
 	s.done = make(chan struct{})
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
 	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	return nil
+}
+
+// waitReady waits until s answers a read; if it does not, it is killed.
+func (s *Server) waitReady() error {
 	if err := s.ready(); err != nil {
 		s.Kill()
 		log, _ := os.ReadFile(s.log)

@@ -42,10 +42,12 @@ func envInt(name string, def int) int {
 
 // twoHosts starts an etcd and two nodes (h1, h2) of one cluster over a
 // new BACKING, with the -o options more; it returns BACKING and the
-// mount points.
+// mount points. Their lease is 10 s: a loaded machine that stalls a
+// daemon past a 2 s lease has its writes refused (ESTALE), right but not
+// what the workloads test.
 func twoHosts(t *testing.T, more ...string) (string, []string) {
 	t.Helper()
-	backing, mnts, _ := twoDaemons(t, more...)
+	backing, mnts, _ := twoDaemons(t, append([]string{"lease_ttl=10s"}, more...)...)
 	return backing, mnts
 }
 

@@ -127,12 +127,16 @@ type grant struct {
 
 // fence is the last check before a commit publishes (see Held.Fence);
 // ver is what a replace records for the other daemons ("": nothing).
-// The committing process's script locks must still live, too.
+// The committing process's script locks, and its read-modify-write
+// session's cluster lock, must still live, too.
 func (g grant) fence(ver string) error {
 	if err := g.Fence(g.name, ver); err != nil {
 		return err
 	}
-	return g.h.scriptLocksLive(g.Lease())
+	if err := g.h.scriptLocksLive(g.Lease()); err != nil {
+		return err
+	}
+	return g.h.rmwLive(g.Lease())
 }
 
 // attrTimeout: in cluster mode attributes are never cached, since

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strconv"
 	"sync"
@@ -205,8 +206,61 @@ func (n *Node) rmwClusterLock(s *rmw.Session, uid uint32) bool {
 		n.r.log.Warn("rmw: no cluster lock for a session: opened without one", zap.String("path", logPath(n.path())), zap.Error(err))
 		return false
 	}
+	s.SetLease(held.Lease())
 	s.OnEnd(held.Release)
 	return true
+}
+
+// rmwLive refuses (ErrFenced: ESTALE, bytes kept in rejected/) a commit
+// made in a session whose cluster lock is tied to another lease than
+// the commit's: that lock ended with its lease (this host paused or cut
+// off past the TTL), another host's session may have read and committed
+// meanwhile, and this one's write would silently undo that increment.
+func (h *handle) rmwLive(lease int64) error {
+	s := h.rmwSession()
+	if s == nil || lease == 0 || s.Lease() == 0 || s.Lease() == lease {
+		return nil
+	}
+	return fmt.Errorf("%w: its read-modify-write session's cluster lock ended with an earlier lease", lockmgr.ErrFenced)
+}
+
+// rmwSession is the session h's commit belongs to (see rmwCommitted),
+// nil if none.
+func (h *handle) rmwSession() *rmw.Session {
+	x := h.n.r.rmw
+	if x == nil {
+		return nil
+	}
+	key, _ := h.n.rmwKey()
+	s := x.table(h.uid).Held(key)
+	if s == nil || s != h.rmw.sess && uint32(s.Holder) != h.tid && uint32(s.Holder) != h.closer {
+		return nil
+	}
+	return s
+}
+
+// rmwKeyAt is the session key of the file ino at path: the logical
+// file, or in a cluster its path, as its session's cluster lock has.
+// Another host's commit makes the path a new logical file here (a
+// lookup finds a version this daemon did not make), and the holder's
+// next open (the rewrite after the read) must join its session there.
+func (r *root) rmwKeyAt(ino uint64, path string) uint64 {
+	if r.clustered() {
+		return lockmgr.NameID(path)
+	}
+	return ino
+}
+
+// rmwKeysOf are f's keys in the session tables (status).
+func (r *root) rmwKeysOf(f *file) []uint64 {
+	if !r.clustered() {
+		return []uint64{f.ino}
+	}
+	var out []uint64
+	for _, o := range f.nameList() {
+		out = append(out, lockmgr.NameID(o.rel()))
+	}
+	return out
 }
 
 // rmwLockKey is the cluster lock of user uid's sessions of path: a name
@@ -396,26 +450,22 @@ func (r *root) rmwLearn(path string, pid, uid uint32, family bool) {
 // first commit of the file. Another thread's commit of a handle it
 // opened outside the session does not end it.
 func (h *handle) rmwCommitted() {
-	x := h.n.r.rmw
-	if x == nil {
-		return
-	}
-	s := x.table(h.uid).Held(h.n.f.ino)
+	s := h.rmwSession()
 	if s == nil {
 		// Perhaps a temporary file its committer renames over a file
 		// it holds a session on: that session's hold starts again.
-		x.table(h.uid).Rearm(int32(h.tid))
+		if x := h.n.r.rmw; x != nil {
+			x.table(h.uid).Rearm(int32(h.tid))
+		}
 		return
 	}
-	if s == h.rmw.sess || uint32(s.Holder) == h.tid || uint32(s.Holder) == h.closer {
-		// A write that came through a handle opened outside the session
-		// (a create) still makes its class a writing one.
-		if c := s.Class(); c != nil {
-			c.Wrote()
-		}
-		s.MarkWrote()
-		s.End()
+	// A write that came through a handle opened outside the session
+	// (a create) still makes its class a writing one.
+	if c := s.Class(); c != nil {
+		c.Wrote()
 	}
+	s.MarkWrote()
+	s.End()
 }
 
 // rmwClose: the handle is released.

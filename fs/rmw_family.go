@@ -160,13 +160,13 @@ func (n *Node) rmwKey() (uint64, []string) {
 	x.names.RLock()
 	defer x.names.RUnlock()
 	if paths := n.names(); len(paths) > 0 {
-		return n.f.ino, paths
+		return n.r.rmwKeyAt(n.f.ino, n.path()), paths
 	}
 	key, p := x.moves.Resolve(n.f.ino)
 	if p == "" {
 		return n.f.ino, nil
 	}
-	return key, []string{p}
+	return n.r.rmwKeyAt(key, p), []string{p}
 }
 
 // rmwOwns reports whether thread tid holds s or runs in a child of its

@@ -144,9 +144,15 @@ func (r *root) sessions(byIno map[uint64]*file, now time.Time) []SessionStatus {
 	if r.rmw == nil {
 		return out
 	}
+	byKey := map[uint64]*file{}
+	for _, f := range byIno {
+		for _, k := range r.rmwKeysOf(f) {
+			byKey[k] = f
+		}
+	}
 	for uid, t := range r.rmw.allTables() {
 		for _, s := range t.Snapshot() {
-			ss := SessionStatus{Path: keyPath(byIno[s.Key], nil), Holder: sessionParty(s.Holder, uid, s.Since, now),
+			ss := SessionStatus{Path: keyPath(byKey[s.Key], nil), Holder: sessionParty(s.Holder, uid, s.Since, now),
 				Open: s.Open, Waiters: []Party{}}
 			for _, w := range s.Waiters {
 				ss.Waiters = append(ss.Waiters, sessionParty(w.ID, uid, w.Since, now))

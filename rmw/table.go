@@ -67,6 +67,23 @@ type Session struct {
 	onEnd  func() // run once, in a goroutine, when the session ends
 	class  *Class // the holder's request class, nil if none
 	wrote  bool   // opened for writing or committed under the session
+	lease  int64  // the lease of what it holds beyond this table, 0: none
+}
+
+// SetLease records the lease that what the session holds beyond this
+// table (a cluster lock, OnEnd) is tied to: a commit under the session
+// checks it still lives.
+func (s *Session) SetLease(lease int64) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	s.lease = lease
+}
+
+// Lease is the lease given to SetLease, 0 if none.
+func (s *Session) Lease() int64 {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.lease
 }
 
 // SetClass gives the session its holder's request class: a session that

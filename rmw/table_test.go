@@ -37,6 +37,19 @@ func TestTakeJoinEnd(t *testing.T) {
 	}
 }
 
+// A session keeps the lease of its cluster lock; a joined open finds it.
+func TestSessionLease(t *testing.T) {
+	tb := New(long)
+	s, _ := enter(t, tb, 1, 10, long)
+	if s.Lease() != 0 {
+		t.Fatalf("lease %d before SetLease", s.Lease())
+	}
+	s.SetLease(7)
+	if s2, out := enter(t, tb, 1, 10, long); out != Joined || s2.Lease() != 7 {
+		t.Fatalf("joined: %v, lease %d", out, s2.Lease())
+	}
+}
+
 func TestFamilyJoins(t *testing.T) {
 	tb := New(long)
 	s, _ := enter(t, tb, 1, 10, long)

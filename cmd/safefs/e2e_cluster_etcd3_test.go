@@ -162,14 +162,3 @@ func TestClusterEtcdLeaderKilled(t *testing.T) {
 		leader.URL, killedAt.Round(time.Millisecond), doneAtKill, oks, took.Round(time.Millisecond), after-before, errs)
 	t.Logf("h1's warnings:\n%s\nh2's warnings:\n%s", warnings(d1.out.String()), warnings(d2.out.String()))
 }
-
-// warnings are the WARN and ERROR lines of a daemon's log.
-func warnings(log string) string {
-	var out []string
-	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, "\tWARN\t") || strings.Contains(l, "\tERROR\t") {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}

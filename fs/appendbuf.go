@@ -55,7 +55,10 @@ func (h *handle) bufferWrite(data []byte, off int64) bool {
 	}
 	h.p.buf = append(h.p.buf, data...)
 	if h.p.newFile {
-		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &h.p.wroteAt)
+		// The kernel's clock for file times: a fine-grained time here
+		// could be later than the next change the kernel stamps (an
+		// O_TRUNC's), and the file's times would go back.
+		_ = unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &h.p.wroteAt)
 	}
 	return true
 }

@@ -142,13 +142,7 @@ func (n *Node) rmwEnterCurrent(ctx context.Context, t *rmw.Table, key uint64, wh
 
 // rmwCurrentKey is the key of the file now at n's path.
 func (n *Node) rmwCurrentKey() uint64 {
-	x := n.r.rmw
-	x.names.RLock()
-	defer x.names.RUnlock()
-	if len(n.f.nameList()) > 0 {
-		return n.f.ino
-	}
-	key, _ := x.moves.Resolve(n.f.ino)
+	key, _ := n.rmwKey()
 	return key
 }
 

@@ -46,17 +46,10 @@ func TestFarmDemo(t *testing.T) {
 	require.Regexp(t, `(?m)^flock +96 +96 +0  ok `, out)
 }
 
-// The naive counter with rmw=naive.txt through the farm loses
-// increments when its requests are spread over the two hosts 32 at a
-// time (one daemon serving both web servers, or one request at a time,
-// keeps them all; so do one-shot Perl processes as www-data on two
-// mounts without Apache): a known limitation, not understood yet. Runs
-// with SAFEFS_TEST_KNOWN_BUGS=1.
+// TestFarmDemoNaive: the naive counter across the two hosts under
+// Apache, its opens serialized by sessions (rmw=GLOB), each host's
+// sessions keyed by the file's path as their etcd lock is: exact.
 func TestFarmDemoNaive(t *testing.T) {
-	if os.Getenv("SAFEFS_TEST_KNOWN_BUGS") != "1" {
-		t.Skip("known limitation: rmw sessions across two hosts under Apache lose increments " +
-			"(SAFEFS_TEST_KNOWN_BUGS=1 runs it)")
-	}
 	out, code := runFarm(t, "-n", "96", "-c", "32", "--rows", "naive")
 	require.Equal(t, 0, code, "a row failed:\n%s", out)
 }

@@ -3,8 +3,6 @@ package etcdtest
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,22 +22,8 @@ type Cluster struct {
 // under CI=true.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("etcd not installed (apt-get install etcd-server)")
-		}
-		t.Skip("etcd not installed (apt-get install etcd-server)")
-	}
-	for try := 0; ; try++ {
-		c, err := startCluster(t, bin, n)
-		if err == nil {
-			return c
-		}
-		if try == 2 {
-			t.Fatal(err)
-		}
-	}
+	bin := etcdBin(t)
+	return retry(t, func() (*Cluster, error) { return startCluster(t, bin, n) })
 }
 
 func startCluster(t testing.TB, bin string, n int) (*Cluster, error) {

@@ -48,6 +48,14 @@ func Start(t testing.TB) *Server {
 // Start.
 func StartTLS(t testing.TB, cfg *TLS) *Server {
 	t.Helper()
+	bin := etcdBin(t)
+	return retry(t, func() (*Server, error) { return start(t, bin, cfg) })
+}
+
+// etcdBin is the etcd binary's path. Without it the test is skipped, or
+// fails under CI=true.
+func etcdBin(t testing.TB) string {
+	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -55,13 +63,20 @@ func StartTLS(t testing.TB, cfg *TLS) *Server {
 		}
 		t.Skip("etcd not installed (apt-get install etcd-server)")
 	}
+	return bin
+}
+
+// retry starts etcd up to three times: a free port found may be taken
+// by another process before etcd binds it.
+func retry[T any](t testing.TB, start func() (T, error)) T {
+	t.Helper()
 	for try := 0; ; try++ {
-		s, err := start(t, bin, cfg)
-		if err == nil {
-			return s
-		}
-		if try == 2 {
-			t.Fatal(err)
+		v, err := start()
+		if err == nil || try == 2 {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
 		}
 	}
 }

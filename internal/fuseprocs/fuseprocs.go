@@ -56,8 +56,14 @@ var lastYield atomic.Int64
 // YieldNowAndThen yields the processor if no request has for
 // yieldEvery; fs calls it as it takes a request.
 func YieldNowAndThen() {
-	now := time.Now().UnixNano()
-	if l := lastYield.Load(); now-l >= int64(yieldEvery) && lastYield.CompareAndSwap(l, now) {
+	if yieldDue(time.Now().UnixNano()) {
 		runtime.Gosched()
 	}
+}
+
+// yieldDue reports whether a request taken at now yields, and if so
+// makes now the last yield.
+func yieldDue(now int64) bool {
+	l := lastYield.Load()
+	return now-l >= int64(yieldEvery) && lastYield.CompareAndSwap(l, now)
 }

@@ -37,10 +37,13 @@ func sleeper(t *testing.T, env []string, args ...string) uint32 {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := uint32(cmd.Process.Pid)
-	// The child is ours until it has exec'd sleep: wait for its exe.
+	// The child is ours until it has exec'd sleep: wait for its exe, and
+	// for its arguments, which exec sets up after the exe (until then
+	// cmdline reads empty).
 	require.Eventually(t, func() bool {
 		exe, _ := os.Readlink(pidPath(pid, "exe"))
-		return filepath.Base(exe) == "sleep"
+		args, _ := os.ReadFile(pidPath(pid, "cmdline"))
+		return filepath.Base(exe) == "sleep" && len(args) > 0
 	}, 10*time.Second, time.Millisecond)
 	return pid
 }

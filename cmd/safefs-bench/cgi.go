@@ -122,17 +122,7 @@ func cgiFetchAll(addr string, n int, c *apacheCounts) {
 	for range cgiConns {
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) {
-				resp, err := client.Get("http://" + addr + "/cgi-bin/counter")
-				if err != nil {
-					c.fail(err)
-					continue
-				}
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if err == nil && resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("status %s", resp.Status)
-				}
-				if err != nil {
+				if err := drained(client.Get("http://" + addr + "/cgi-bin/counter")); err != nil {
 					c.fail(err)
 					continue
 				}
@@ -141,4 +131,20 @@ func cgiFetchAll(addr string, n int, c *apacheCounts) {
 		})
 	}
 	wg.Wait()
+}
+
+// drained reads a request's response to its end and closes it: an
+// error if the request failed or its status is not 200 OK.
+func drained(resp *http.Response, err error) error {
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
 }

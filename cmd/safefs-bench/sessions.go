@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -247,14 +246,7 @@ func bbsRequests(addr string, n, conns int, post func(i int) bool, c *apacheCoun
 				} else {
 					resp, err = client.Get(url)
 				}
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if err == nil && resp.StatusCode != http.StatusOK {
-						err = fmt.Errorf("status %s", resp.Status)
-					}
-				}
-				if err != nil {
+				if err = drained(resp, err); err != nil {
 					c.fail(err)
 					continue
 				}

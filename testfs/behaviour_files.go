@@ -69,17 +69,7 @@ func caseAppendSequentialFds(t *testing.T, dir string) {
 // also fixes the interleaving; safefs places an fd's appends at its
 // close, which SafefsCases check.)
 func caseAppendTwoOpenFds(t *testing.T, dir string) {
-	p := filepath.Join(dir, "log")
-	bhWrite(t, p, "start\n")
-	a := bhOpen(t, p, os.O_WRONLY|os.O_APPEND, 0)
-	b := bhOpen(t, p, os.O_WRONLY|os.O_APPEND, 0)
-	for _, w := range []struct {
-		f    *os.File
-		line string
-	}{{a, "a1\n"}, {b, "b1\n"}, {a, "a2\n"}, {b, "b2\n"}} {
-		_, err := w.f.Write([]byte(w.line))
-		require.NoError(t, err)
-	}
+	p, a, b := bhTwoAppenders(t, dir, "a1", "b1", "a2", "b2")
 	bhClose(t, a)
 	bhClose(t, b)
 	got := bhRead(t, p)
@@ -89,6 +79,25 @@ func caseAppendTwoOpenFds(t *testing.T, dir string) {
 	require.ElementsMatch(t, []string{"start", "a1", "b1", "a2", "b2"}, lines)
 	require.Less(t, strings.Index(got, "a1"), strings.Index(got, "a2"))
 	require.Less(t, strings.Index(got, "b1"), strings.Index(got, "b2"))
+}
+
+// bhTwoAppenders writes "start" to dir/log, opens it twice for appending
+// (a and b) and writes the lines to a, b, a, b... in turn, each with a
+// newline.
+func bhTwoAppenders(t *testing.T, dir string, lines ...string) (p string, a, b *os.File) {
+	p = filepath.Join(dir, "log")
+	bhWrite(t, p, "start\n")
+	a = bhOpen(t, p, os.O_WRONLY|os.O_APPEND, 0)
+	b = bhOpen(t, p, os.O_WRONLY|os.O_APPEND, 0)
+	for i, line := range lines {
+		w := a
+		if i%2 == 1 {
+			w = b
+		}
+		_, err := w.Write([]byte(line + "\n"))
+		require.NoError(t, err)
+	}
+	return p, a, b
 }
 
 func caseCreateExclExisting(t *testing.T, dir string) {

@@ -53,17 +53,7 @@ func caseUncommittedInvisible(t *testing.T, dir string) {
 }
 
 func caseAppendsAtClose(t *testing.T, dir string) {
-	p := filepath.Join(dir, "log")
-	bhWrite(t, p, "start\n")
-	a := bhOpen(t, p, os.O_WRONLY|os.O_APPEND, 0)
-	b := bhOpen(t, p, os.O_WRONLY|os.O_APPEND, 0)
-	for _, w := range []struct {
-		f    *os.File
-		line string
-	}{{a, "a1\n"}, {b, "b1\n"}, {a, "a2\n"}} {
-		_, err := w.f.Write([]byte(w.line))
-		require.NoError(t, err)
-	}
+	p, a, b := bhTwoAppenders(t, dir, "a1", "b1", "a2")
 	require.Equal(t, "start\n", bhRead(t, p))
 	bhClose(t, b)
 	require.Equal(t, "start\nb1\n", bhRead(t, p))

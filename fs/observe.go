@@ -224,7 +224,7 @@ func (s *Server) Gauges() Gauges {
 	}
 	g.RejectedFiles, g.RejectedBytes = r.kept.Totals()
 	if x := r.rmw; x != nil {
-		for _, t := range x.allTables() {
+		for _, t := range x.AllTables() {
 			g.RMWHeld += t.Len()
 			g.RMWWaiting += t.Waiters()
 		}

@@ -125,7 +125,7 @@ func (r *root) classes() []ClassStatus {
 	if r.rmw == nil {
 		return out
 	}
-	for _, c := range r.rmw.classes.List() {
+	for _, c := range r.rmw.Classes() {
 		cs := ClassStatus{Path: c.Pair.Path, UID: c.Pair.UID, Program: c.Pair.Cmd, Class: c.Features, State: "learning", Reads: c.Reads}
 		switch {
 		case c.Wrote:
@@ -150,7 +150,7 @@ func (r *root) sessions(byIno map[uint64]*file, now time.Time) []SessionStatus {
 			byKey[k] = f
 		}
 	}
-	for uid, t := range r.rmw.allTables() {
+	for uid, t := range r.rmw.AllTables() {
 		for _, s := range t.Snapshot() {
 			ss := SessionStatus{Path: keyPath(byKey[s.Key], nil), Holder: sessionParty(s.Holder, uid, s.Since, now),
 				Open: s.Open, Waiters: []Party{}}

@@ -139,3 +139,12 @@ func (x *State) Forget(key uint64) {
 	x.reads.Forget(key)
 	x.moves.Forget(key)
 }
+
+// Snapshots are the sessions of every user's table, by uid (status).
+func (x *State) Snapshots() map[uint32][]rmw.SessionInfo {
+	out := map[uint32][]rmw.SessionInfo{}
+	for uid, t := range x.AllTables() {
+		out[uid] = t.Snapshot()
+	}
+	return out
+}

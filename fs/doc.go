@@ -50,17 +50,25 @@
 //
 // A commit that cannot be made keeps its bytes in rejected/
 // (commit_reject.go). Files that keep their own consistency (SQLite)
-// are served raw, in place, without versions (rawfile*.go).
+// are served raw, in place, without versions (rawfile*.go); what makes
+// a file SQLite's (header, sibling names, lock bytes) is package
+// magic's.
 //
 // Script locks (flock, fcntl, OFD) are decided in the daemon (locks*.go)
 // by a scriptlock.Locker, keyed by the logical file, or by path across
 // hosts. Releasing one publishes the releasing process's pending writes
 // first; a grant moves a daemon-served reader to the latest version.
 //
-// Read-modify-write sessions (rmw.go, rmw_family.go, rmw_store.go)
-// order an unlocked script's open..commit against another's: a thread's
-// session, or a script process's whose children open in its name, moved
-// by a rename over the file; the table is package rmw's.
+// Read-modify-write sessions (rmw.go) order an unlocked script's
+// open..commit against another's: a thread's session, or a script
+// process's whose children open in its name, moved by a rename over the
+// file. The table is package rmw's; which opens take a session, what
+// is learned and the learned-pairs file are internal/rmwstate's, fed
+// plain values by rmw.go.
+//
+// Status, counters, gauges and Observer events (status.go, stats.go,
+// observe.go) are internal/report's types, named here as fs's own; fs
+// fills them, report renders them.
 //
 // Requests act on a descriptor checked to be the caller's file
 // (self.go), never on a name. errno is made in one place (errno.go).
@@ -85,8 +93,11 @@
 //     outside, the unmount watcher, processors for go-fuse's readers.
 //   - lockbook, redo, limits, loglimit, estale, epoch, recent, magic,
 //     caps: the script-lock record, the redo queue, per-user bounds, log
-//     rate limits, ESTALE retries, lookup epochs, pairs seen locking,
-//     file headers, a thread's capabilities.
+//     rate limits and shortened paths, ESTALE retries, lookup epochs,
+//     pairs seen locking, file headers and SQLite's names and lock
+//     bytes, a thread's capabilities.
+//   - rmwstate: a mount's session tables, selection and learning;
+//     report: status, counters, gauges and events, and their rendering.
 //
 // docs/design.md explains each choice; docs/threat-model.md what it
 // defends against.

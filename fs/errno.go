@@ -3,11 +3,12 @@ package fs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 
 	"go.uber.org/zap"
+
+	"github.com/safefs/safefs/internal/loglimit"
 )
 
 // toErrno is the one mapping from errors to the errno a caller sees. It
@@ -35,12 +36,5 @@ func toErrno(log *zap.Logger, path string, err error) syscall.Errno {
 	return syscall.EIO
 }
 
-// logPath shortens a path for a log line: a path may be 64 KiB long, and
-// a flood of failures on it must not flood the log.
-func logPath(p string) string {
-	const head, tail = 64, 192
-	if len(p) <= head+tail+32 {
-		return p
-	}
-	return p[:head] + fmt.Sprintf("...(%d bytes)...", len(p)) + p[len(p)-tail:]
-}
+// logPath shortens a path for a log line (loglimit.Path).
+func logPath(p string) string { return loglimit.Path(p) }

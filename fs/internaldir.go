@@ -11,6 +11,7 @@ import (
 
 	"github.com/safefs/safefs/internal/backing"
 	"github.com/safefs/safefs/internal/owndir"
+	"github.com/safefs/safefs/internal/rmwstate"
 	"github.com/safefs/safefs/journal"
 )
 
@@ -24,7 +25,7 @@ import (
 // files, which may be missing.
 var (
 	internalParts = []string{journal.StagingDir, journal.UndoDir, journal.RejectedDir}
-	internalFiles = []string{"journal", "lock", learnedName, clusterName}
+	internalFiles = []string{"journal", "lock", rmwstate.LearnedName, clusterName}
 )
 
 // openInternal opens the internal directory and its parts, creating them

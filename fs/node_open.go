@@ -129,7 +129,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	}
 	// A session is waited for before the version is chosen, so the
 	// opener reads what the previous holder committed; a rename over
-	// the file meanwhile sends it to the new file (rmw_family.go).
+	// the file meanwhile sends it to the new file (rmw.go).
 	sess := n.rmwEnter(ctx, flags)
 	if !retry && n.rmwReplaced(sess) {
 		n.r.refused.Note(tid)

@@ -58,19 +58,6 @@ import (
 // commit point and is served raw from then on; a clean one is switched
 // at once (switchRaw).
 
-// SQLite's lock bytes (os_unix.c): the database's PENDING_BYTE, then
-// RESERVED_BYTE and the 510 bytes of the SHARED range; the -shm file's
-// eight WAL locks from byte 120 and its DMS byte (128).
-const (
-	sqlitePending = 0x40000000
-	sqliteLockEnd = sqlitePending + 2 + 510
-	shmLockFirst  = 120
-	shmLockLast   = 128
-)
-
-// rawSuffixes are the names SQLite gives a database's siblings.
-var rawSuffixes = []string{"-journal", "-wal", "-shm"}
-
 // rawFile is a file's raw state (under f.mu, but file.raw).
 type rawFile struct {
 	// plain: a committed version found not raw (rawNow): not looked at
@@ -102,13 +89,12 @@ func (f *file) isRaw() bool { return f.raw.Load() }
 // rawName reports whether nm in dir is a database's sibling: a SQLite
 // suffix after the name of a regular file there.
 func rawName(dir int, nm string) bool {
-	for _, s := range rawSuffixes {
-		if base, ok := strings.CutSuffix(nm, s); ok && base != "" {
-			st, err := backing.StatAt(dir, base)
-			return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
-		}
+	base, ok := magic.SQLiteSibling(nm)
+	if !ok {
+		return false
 	}
-	return false
+	st, err := backing.StatAt(dir, base)
+	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
 // rawSibling reports whether one of f's names is a database's sibling.
@@ -218,18 +204,14 @@ func (n *Node) rawLock(fh gofs.FileHandle, lk *fuse.FileLock) {
 // sqliteLock reports whether lk is at SQLite's lock bytes of a database,
 // or of a -shm file.
 func (n *Node) sqliteLock(lk *fuse.FileLock) bool {
-	if lk.Start >= sqlitePending && lk.Start < sqliteLockEnd {
-		return true
-	}
-	if lk.Start < shmLockFirst || lk.End > shmLockLast {
-		return false
-	}
-	for _, o := range n.f.nameList() {
-		if strings.HasSuffix(o.name, "-shm") {
-			return true
+	return magic.SQLiteLock(lk.Start, lk.End, func() bool {
+		for _, o := range n.f.nameList() {
+			if strings.HasSuffix(o.name, "-shm") {
+				return true
+			}
 		}
-	}
-	return false
+		return false
+	})
 }
 
 // makeRaw marks n's file raw and switches its clean handles. create:

@@ -21,6 +21,7 @@ import (
 	"github.com/safefs/safefs/internal/lockbook"
 	"github.com/safefs/safefs/internal/loglimit"
 	"github.com/safefs/safefs/internal/redo"
+	"github.com/safefs/safefs/internal/rmwstate"
 	"github.com/safefs/safefs/internal/staging"
 	"github.com/safefs/safefs/journal"
 	"github.com/safefs/safefs/lockmgr"
@@ -73,8 +74,8 @@ type root struct {
 	kept    *limits.Kept // what rejected/ holds, per writing uid
 	// rejectLog bounds the lines logged for rejected commits.
 	rejectLog   loglimit.Limit
-	leaseLog    loglimit.Limit // and those for requests another's lease refused (lease.go)
-	rmw         *rmwState      // nil: read-modify-write sessions off
+	leaseLog    loglimit.Limit  // and those for requests another's lease refused (lease.go)
+	rmw         *rmwstate.State // nil: read-modify-write sessions off
 	pool        *staging.Pool
 	appendBufs  appendBuffers                 // pending appends kept in memory (appendbuf.go)
 	redo        redo.Queue[key]               // redo records awaiting their checkpoint (redo.go)
@@ -167,8 +168,7 @@ func (r *root) forget(f *file) {
 			// Its number may name another file next: a read of this
 			// one must not make that one's first write look like a
 			// read-modify-write.
-			r.rmw.reads.Forget(f.ino)
-			r.rmw.moves.Forget(f.ino)
+			r.rmw.Forget(f.ino)
 		}
 	}
 }

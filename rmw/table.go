@@ -452,6 +452,16 @@ func (s *Session) End() {
 	s.endLocked()
 }
 
+// EndWritten ends the session at its holder's write (a commit, a
+// rename over the file): its request class is one that writes.
+func (s *Session) EndWritten() {
+	if c := s.Class(); c != nil {
+		c.Wrote()
+	}
+	s.MarkWrote()
+	s.End()
+}
+
 // Ended reports whether the session is over.
 func (s *Session) Ended() bool {
 	s.t.mu.Lock()

@@ -2,6 +2,7 @@
 package loglimit
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -36,4 +37,14 @@ func (l *Limit) Allow() (bool, int) {
 	skipped := l.skipped
 	l.skipped = 0
 	return true, skipped
+}
+
+// Path shortens a path for a log line: a path may be 64 KiB long, and
+// a flood of failures on it must not flood the log.
+func Path(p string) string {
+	const head, tail = 64, 192
+	if len(p) <= head+tail+32 {
+		return p
+	}
+	return p[:head] + fmt.Sprintf("...(%d bytes)...", len(p)) + p[len(p)-tail:]
 }

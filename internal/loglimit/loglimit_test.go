@@ -1,6 +1,7 @@
 package loglimit
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -27,4 +28,14 @@ func TestAllow(t *testing.T) {
 	ok, skipped = l.Allow()
 	assert.True(t, ok)
 	assert.Zero(t, skipped, "counted once")
+}
+
+// A short path is logged whole; a long one keeps its head and tail and
+// says how long it was.
+func TestPath(t *testing.T) {
+	assert.Equal(t, "a/b", Path("a/b"))
+	short := strings.Repeat("x", 288)
+	assert.Equal(t, short, Path(short))
+	long := strings.Repeat("h", 64) + strings.Repeat("m", 1000) + strings.Repeat("t", 192)
+	assert.Equal(t, strings.Repeat("h", 64)+"...(1256 bytes)..."+strings.Repeat("t", 192), Path(long))
 }

@@ -1,7 +1,8 @@
 // Package magic recognises the files safefs treats apart by their first
 // bytes: SQLite databases, served in place (fs's raw files), and gdbm
 // databases, which map themselves shared and so are never passed
-// through to a reader.
+// through to a reader; and a SQLite database's siblings by their names
+// and its locks by the bytes they lock (sqlite.go).
 package magic
 
 import (

@@ -1,4 +1,4 @@
-// Package recent remembers keys for a while, in a bounded set: fs keeps
+// Package recent remembers keys for a while, in a bounded set: rmwstate keeps
 // there the (file, program) pairs seen holding a lock, so that it does
 // not read their descriptors in /proc again at every commit.
 package recent

@@ -82,6 +82,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	etcdURL := fl.String("etcd", "", "with -cluster: the etcd (URL) the safefs-etcd rows lock through")
 	clusterTable := fl.Bool("cluster", false, "print only the cluster table: commits/s with in-process and etcd locks, 1 and 2 daemons")
 	clusterN := fl.Int("cluster-n", 200, "-cluster: commits per writer per cell")
+	apps := appsFlags(fl)
 	cpuProfile := fl.String("cpuprofile", "", "write this process's CPU profile (the workloads' side: each FUSE target is served by a process of its own) to this file")
 	if err := fl.Parse(args); err != nil {
 		return err
@@ -102,6 +103,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if *quick {
 		cfg.shrink()
+		apps.shrink()
 	}
 	if !cfg.valid() {
 		return errors.New("counts and sizes must be positive")
@@ -124,6 +126,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *verbose {
 		enc := zap.NewDevelopmentEncoderConfig()
 		log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(stderr)), zap.InfoLevel))
+	}
+	if apps.apps || apps.soak {
+		return runApps(log, stdout, stderr, *dir, tnames, isSet(fl, "targets"), apps, *fuseTrace, *markdown)
 	}
 	cfg.syscalls = *syscalls
 	cfg.fuseTrace = *fuseTrace

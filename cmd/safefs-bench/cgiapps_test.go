@@ -56,6 +56,7 @@ func TestAppsMisses(t *testing.T) {
 		res[app.name] = map[string]result{"backing": {ran: true, value: 100}, "safefs": {ran: true, value: 96}}
 	}
 	assert.Contains(t, appsMisses([]string{"backing", "safefs"}, res), ": met")
+	assert.Contains(t, appsMisses([]string{"safefs"}, map[string]map[string]result{"cgi-hits": {"safefs": {ran: true, value: 1}}}), "no figure")
 	res["cgi-hits"]["safefs"] = result{ran: true, value: 80}
 	res["cgi-log"]["safefs"] = result{ran: true, err: errors.New("x")}
 	assert.Equal(t, "goal: every row at least 0.95x the plain directory: missed by cgi-hits on safefs 0.80x",

@@ -261,11 +261,13 @@ func appsResults(samples map[string]map[string][]appsSample) ([]workload, map[st
 // appsMisses names the cells below appsGoal x the plain directory.
 func appsMisses(tnames []string, res map[string]map[string]result) string {
 	var miss []string
+	compared := false
 	for _, app := range cgiApps {
 		base := res[app.name]["backing"]
-		if base.err != nil || base.value <= 0 {
+		if !base.ran || base.err != nil || base.value <= 0 {
 			continue
 		}
+		compared = true
 		for _, t := range tnames {
 			r := res[app.name][t]
 			if t == "backing" || r.err != nil || !r.ran {
@@ -275,6 +277,9 @@ func appsMisses(tnames []string, res map[string]map[string]result) string {
 				miss = append(miss, fmt.Sprintf("%s on %s %.2fx", app.name, t, q))
 			}
 		}
+	}
+	if !compared {
+		return "goal: no figure of the plain directory to compare with"
 	}
 	if len(miss) == 0 {
 		return fmt.Sprintf("goal: every row at least %.2fx the plain directory: met", appsGoal)
@@ -291,11 +296,11 @@ func appsTrace(ctx context.Context, w io.Writer, ats []*appsTarget, ac *appsConf
 			if at.t.unmount == nil {
 				continue
 			}
-			line := appsTraceOne(ctx, at, app, ac.requests(app))
+			line := fmt.Sprintf("%s on %s: %s", app.name, at.t.name, appsTraceOne(ctx, at, app, ac.requests(app)))
 			if markdown {
 				line = "- " + line
 			}
-			fmt.Fprintf(w, "%s on %s: %s\n", app.name, at.t.name, line)
+			fmt.Fprintln(w, line)
 		}
 	}
 }

@@ -134,6 +134,6 @@ func TestAppsSoak(t *testing.T) {
 	err := run([]string{"-dir", dir, "-soak", "-soak-for", "1ms", "-cgi-apps-n", "10", "-cgi-apps-static-n", "50"}, &out, &errOut)
 	t.Logf("out:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	require.NoError(t, err)
-	assert.Regexp(t, `^soak: safefs, 1ms of the cgi-apps mix: 90 requests in 1 mixes, every one kept; [0-9]+ samples, every 5s: RSS start [0-9.]+ MiB, max [0-9.]+, end [0-9.]+: growth [-+][0-9.]+ MiB at the end, \+[0-9.]+ at the max \(within 32 MiB\)\n$`, out.String())
+	assert.Regexp(t, `^soak: safefs, [0-9hms]+ of the cgi-apps mix \(-soak-for 1ms; a mix begun goes on to its end\): 90 requests in 1 mixes, every one kept; [0-9]+ samples, every 5s: RSS start [0-9.]+ MiB, max [0-9.]+, end [0-9.]+: growth [-+][0-9.]+ MiB at the end, \+[0-9.]+ at the max \(within 32 MiB\)\n$`, out.String())
 	assert.Empty(t, apacheProcesses(t, dir), "Apache processes left behind")
 }

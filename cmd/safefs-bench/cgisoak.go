@@ -106,7 +106,9 @@ func appsSoak(log *zap.Logger, stdout io.Writer, dir string, ac *appsConfig) (er
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() { defer close(sampled); rss.sample(sctx, at.t.pid, ac.soakEvery) }()
+	start := time.Now()
 	c := soakMix(ctx, log, at, ac)
+	took := time.Since(start).Round(time.Second)
 	stopSampling()
 	<-sampled
 	if ctx.Err() != nil {
@@ -119,7 +121,8 @@ func appsSoak(log *zap.Logger, stdout io.Writer, dir string, ac *appsConfig) (er
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "soak: safefs, %v of the cgi-apps mix: %v; %d samples, every %v: %v\n", ac.soakFor, c, len(rss.samples), ac.soakEvery, sum)
+	fmt.Fprintf(stdout, "soak: safefs, %v of the cgi-apps mix (-soak-for %v; a mix begun goes on to its end): %v; %d samples, every %v: %v\n",
+		took, ac.soakFor, c, len(rss.samples), ac.soakEvery, sum)
 	switch {
 	case c.failed > 0:
 		return fmt.Errorf("%d runs failed", c.failed)

@@ -19,6 +19,7 @@ func (h *handle) commit() error {
 	defer h.obsEnd() // after the lock is released
 	// Its file became raw meanwhile: raw from now on (rawfile.go).
 	defer h.switchRaw()
+	defer h.rmwBusy()()
 	err := h.commitLocked()
 	h.p.appendAgain()
 	return err

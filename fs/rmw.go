@@ -55,6 +55,10 @@ type rmwHandle struct {
 	sess  *rmw.Session // the session it was opened under, nil if none
 	read  bool         // read from: a write on it may be a read-modify-write
 	tried bool         // the learning check ran for it
+	// busy ends the postponement of its opener's sessions' hold: a file
+	// opened for writing outside them while the opener held them (the
+	// temporary file of sed -i, renamed over the file after its close).
+	busy func()
 }
 
 // rmwEnter gives the calling thread a session on n if n is selected for
@@ -232,6 +236,9 @@ func (n *Node) rmwOpened(h *handle, s *rmw.Session, flags uint32) {
 		return
 	}
 	h.rmw.sess = s
+	if s == nil && isWrite(flags) {
+		h.rmw.busy = x.Table(h.uid).Busy(int32(h.tid))
+	}
 	if x.Opened(n.f.ino, n.path, h.tid, h.tgid, h.uid, isWrite(flags), s != nil) {
 		h.rmw.tried = true
 	}
@@ -268,11 +275,26 @@ func (h *handle) rmwCommitted() {
 	s.EndWritten()
 }
 
+// rmwBusy keeps the sessions of h's committer from ending by their hold
+// while it commits a file outside them (its temporary file, fsynced),
+// until the returned func is called.
+func (h *handle) rmwBusy() (done func()) {
+	x := h.n.r.rmw
+	if x == nil || h.rmwSession() != nil {
+		return func() {}
+	}
+	return x.Table(h.uid).Busy(int32(h.tid))
+}
+
 // rmwClose: the handle is released.
 func (h *handle) rmwClose() {
 	s := h.rmw.sess
 	h.rmw.sess = nil
 	s.Close()
+	if h.rmw.busy != nil {
+		h.rmw.busy()
+		h.rmw.busy = nil
+	}
 }
 
 // CheckRMWGlobs reports a malformed glob of Options.RMWGlobs.

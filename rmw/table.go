@@ -58,6 +58,7 @@ type Session struct {
 
 	t     *Table
 	open  int // handles open under the session (guarded by t.mu)
+	busy  int // commits of other files by the holder in progress (Busy)
 	ended bool
 	gen   int // bumped when a hold timer is armed or cancelled
 	timer *time.Timer
@@ -304,14 +305,58 @@ func (t *Table) Rearm(holder int32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range t.held {
-		if s.Holder != holder || s.ended || s.open > 0 || s.timer == nil {
+		if s.Holder != holder || s.ended || s.open > 0 || s.busy > 0 || s.timer == nil {
 			continue
 		}
-		s.timer.Stop()
-		s.gen++
-		gen := s.gen
-		s.timer = time.AfterFunc(t.hold, func() { s.endIf(gen) })
+		s.armHoldLocked()
 	}
+}
+
+// Busy stops the hold of the sessions holder holds while it commits
+// another file, until the returned func is called: that file is a
+// temporary one it will rename over the selected file (sed -i), and a
+// commit's fsync may outlast the hold on a loaded machine. Then the hold
+// starts again for those with no open left. A commit is bounded by
+// lock_timeout, so the hold is only postponed.
+func (t *Table) Busy(holder int32) (done func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ss []*Session
+	for _, s := range t.held {
+		if s.Holder != holder || s.ended {
+			continue
+		}
+		s.busy++
+		s.stopHoldLocked()
+		ss = append(ss, s)
+	}
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for _, s := range ss {
+			s.busy--
+			if s.busy == 0 && !s.ended && s.open == 0 {
+				s.armHoldLocked()
+			}
+		}
+	}
+}
+
+// stopHoldLocked cancels a pending hold timer. t.mu is held.
+func (s *Session) stopHoldLocked() {
+	s.gen++
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+}
+
+// armHoldLocked (re)starts the hold: s ends after it unless an open
+// joins meanwhile. t.mu is held.
+func (s *Session) armHoldLocked() {
+	s.stopHoldLocked()
+	gen := s.gen
+	s.timer = time.AfterFunc(s.t.hold, func() { s.endIf(gen) })
 }
 
 // Key is the key the session is on now.
@@ -427,12 +472,10 @@ func (s *Session) Close() {
 		return
 	}
 	s.open--
-	if s.open > 0 {
-		return
+	if s.open > 0 || s.busy > 0 {
+		return // Busy's done arms the hold
 	}
-	s.gen++
-	gen := s.gen
-	s.timer = time.AfterFunc(t.hold, func() { s.endIf(gen) })
+	s.armHoldLocked()
 }
 
 // endIf ends s if no open joined it since the timer of gen was armed.

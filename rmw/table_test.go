@@ -397,3 +397,26 @@ func TestClassesBounded(t *testing.T) {
 		t.Fatal("another pair refused")
 	}
 }
+
+// TestBusyPostponesHold: while its holder is busy (a temporary file
+// open, a commit), a session with no open left outlives the hold; once
+// done, the hold runs again and ends it.
+func TestBusyPostponesHold(t *testing.T) {
+	tb := New(20 * time.Millisecond)
+	s, _ := enter(t, tb, 1, 10, long)
+	done := tb.Busy(10)
+	other := tb.Busy(11) // another holder's business keeps nothing
+	s.Close()
+	time.Sleep(100 * time.Millisecond)
+	if s.Ended() {
+		t.Fatal("ended by its hold while its holder was busy")
+	}
+	other()
+	done()
+	for !s.Ended() {
+		time.Sleep(time.Millisecond) // the hold, then the end
+	}
+	if tb.Held(1) != nil {
+		t.Fatal("still held after the hold")
+	}
+}

@@ -69,8 +69,7 @@ type shellCase struct {
 
 var shellCases = []shellCase{
 	{"counter.sh", "0\n", counter, ""},
-	{"sed_edit.sh", "start\n", func(t *testing.T, b []byte) int { return strings.Count(string(b), "entry\n") },
-		"sed -i under load can lose a few updates (195 of 200 seen once), cause not found yet"},
+	{"sed_edit.sh", "start\n", func(t *testing.T, b []byte) int { return strings.Count(string(b), "entry\n") }, ""},
 	{"awk_counter.sh", "0\n", counter, ""},
 }
 

@@ -103,6 +103,9 @@ func (m *Mount) stop(t testing.TB) {
 // Stats returns the mount's counters.
 func (m *Mount) Stats() fs.Stats { return m.srv.Stats() }
 
+// Status returns the mount's state (sessions, locks, writers).
+func (m *Mount) Status() fs.Status { return m.srv.Status() }
+
 // Gauges returns the mount's levels (open handles, pending bytes).
 func (m *Mount) Gauges() fs.Gauges { return m.srv.Gauges() }
 

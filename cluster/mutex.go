@@ -111,7 +111,7 @@ func (m *mutex) waitTurn(ctx context.Context) error {
 		if len(g.Kvs) == 0 {
 			return nil
 		}
-		if err := waitDelete(ctx, m.c.client, string(g.Kvs[0].Key), g.Header.Revision); err != nil {
+		if err := waitDelete(ctx, m.c.client, string(g.Kvs[0].Key), g.Header.Revision+1); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -129,9 +129,14 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
-// waitDelete returns nil once key is deleted (after rev), else why the
-// watch ended. The watch needs a leader, so that one on a member cut
-// off from the others ends rather than waiting for nothing.
+// waitDelete returns nil once key is deleted (at rev or later: the
+// revision after the read that saw it), else why the watch ended.
+// Watching from a revision etcd has not reached yet puts the watch in
+// its synced group, told at once; from one it has reached, etcd
+// catches it up in a loop that runs every 100 ms, so each handoff of a
+// lock between daemons waited 50 ms on average. The watch needs a
+// leader, so that one on a member cut off from the others ends rather
+// than waiting for nothing.
 func waitDelete(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()

@@ -49,7 +49,13 @@ func (m *mutex) lock(ctx context.Context, reads []clientv3.Op) ([]*pb.ResponseOp
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 			err = cause
 		}
-		m.unlock()
+		if errors.Is(err, ErrUnavailable) {
+			// etcd answered nothing for the whole wait: a delete would
+			// wait as long again before the same end.
+			m.c.abandon(m.s)
+		} else {
+			m.unlock()
+		}
 	}
 	return got, err
 }

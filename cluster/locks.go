@@ -238,8 +238,10 @@ func (h *held) Fence(name, version string) error {
 	switch {
 	case err == nil:
 		return h.Check()
-	case errors.Is(err, ErrFenced), isLeaseGone(err):
+	case isLeaseGone(err):
 		return ErrFenced
+	case errors.Is(err, ErrFenced), errors.Is(err, lockmgr.ErrLost):
+		return err // a check failed
 	}
 	return h.c.lostIfPast(h.s, fmt.Errorf("%w: %v", ErrUnavailable, err), h.c.margin())
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/safefs/safefs/internal/etcdretry"
 	"github.com/safefs/safefs/lockmgr"
 )
 
@@ -41,9 +42,13 @@ var (
 // DefaultLeaseTTL is lease_ttl's default.
 const DefaultLeaseTTL = 10 * time.Second
 
-// callTimeout bounds one etcd request made for a commit outside the
-// lock wait itself: an unreachable etcd fails a commit after this long.
+// callTimeout bounds one etcd request: one that gets no answer in time
+// is made again (to another member, or after an election) until the
+// operation's bound, Config.RetryFor.
 const callTimeout = time.Second
+
+// DefaultRetryFor is RetryFor's default: lock_timeout's.
+const DefaultRetryFor = 10 * time.Second
 
 // Config says which cluster a daemon joins and as whom.
 type Config struct {
@@ -54,6 +59,10 @@ type Config struct {
 	TLS       *tls.Config // nil: plain text (http:// endpoints)
 	Username  string      // "": no etcd authentication
 	Password  string      // dropped once connected: Config() never shows it
+	// RetryFor bounds how long an operation (a commit's fencing, an
+	// unlock, a read of a published version) retries etcd requests
+	// that get no answer; lock waits are bounded by their own context.
+	RetryFor time.Duration
 }
 
 // Conn is a daemon's connection: the client and its current session.
@@ -82,6 +91,9 @@ func Connect(ctx context.Context, cfg Config, log *zap.Logger) (*Conn, error) {
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.RetryFor <= 0 {
+		cfg.RetryFor = DefaultRetryFor
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -229,27 +241,40 @@ func (c *Conn) session(ctx context.Context) (*concurrency.Session, error) {
 
 // newSession grants a lease and keeps it alive; errors are etcd's own.
 func (c *Conn) newSession(ctx context.Context) (*concurrency.Session, error) {
-	g, err := c.client.Grant(ctx, int64(c.ttl))
+	var g *clientv3.LeaseGrantResponse
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		g, err = c.client.Grant(ctx, int64(c.ttl))
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	return concurrency.NewSession(c.client, concurrency.WithLease(g.ID), concurrency.WithTTL(c.ttl))
 }
 
+// retry makes call's request again while etcd cannot answer it (see
+// etcdretry), until ctx ends.
+func (c *Conn) retry(ctx context.Context, call func(context.Context) error) error {
+	return etcdretry.Do(ctx, callTimeout, call)
+}
+
+// bounded is a context for one operation outside a lock wait.
+func (c *Conn) bounded() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.cfg.RetryFor)
+}
+
 // alive renews s's lease once and returns until when it is sure to
 // live: the server renewed it after the request was sent, so it lives
-// at least TTL from then. ErrFenced if the lease is gone,
-// ErrUnavailable if etcd did not answer within callTimeout.
-func (c *Conn) alive(s *concurrency.Session) (time.Time, error) {
+// at least TTL from then. ErrFenced if the lease is gone, else etcd's
+// own error (for etcdretry to judge).
+func (c *Conn) alive(ctx context.Context, s *concurrency.Session) (time.Time, error) {
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
 	resp, err := c.client.KeepAliveOnce(ctx, s.Lease())
 	if err != nil {
 		if isLeaseGone(err) {
 			return time.Time{}, ErrFenced
 		}
-		return time.Time{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return time.Time{}, err
 	}
 	if resp.TTL <= 0 {
 		return time.Time{}, ErrFenced

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/safefs/safefs/internal/etcdretry"
 	"github.com/safefs/safefs/lockmgr"
 )
 
@@ -90,9 +91,13 @@ func (c *Conn) verKey(name string) string  { return c.Prefix() + "ver/" + keyPar
 // cluster, recorded: the inode it published and the one it replaced
 // ("" if none). Read without the lock, for opens and stats.
 func (c *Conn) Published(ctx context.Context, name string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RetryFor)
 	defer cancel()
-	resp, err := c.client.Get(ctx, c.verKey(name))
+	var resp *clientv3.GetResponse
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = c.client.Get(ctx, c.verKey(name))
+		return err
+	})
 	if err != nil {
 		return "", unavailable(err)
 	}
@@ -118,9 +123,7 @@ type held struct {
 // lock takes the etcd mutexes. The names' published versions are read
 // with the last mutex if it was free, else once all are held.
 func (h *held) lock(ctx context.Context, nms []string) error {
-	pctx, cancel := context.WithTimeout(ctx, callTimeout)
-	s, err := h.c.session(pctx)
-	cancel()
+	s, err := h.c.session(ctx)
 	if err != nil {
 		return err
 	}
@@ -156,23 +159,32 @@ func (h *held) lock(ctx context.Context, nms []string) error {
 }
 
 func (h *held) read(ctx context.Context, ops []clientv3.Op) ([]*pb.ResponseOp, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	resp, err := h.c.client.Txn(ctx).Then(ops...).Commit()
+	var resp *clientv3.TxnResponse
+	err := h.c.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = h.c.client.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
 	if err != nil {
 		return nil, unavailable(err)
 	}
 	return resp.Responses, nil
 }
 
+// unavailable maps a failed request: the wait's own end passes as is
+// (a lock wait that timed out), a lease gone is ErrFenced, anything
+// else (etcdretry gave up: no answer within the bound) ErrUnavailable.
 func unavailable(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, ErrFenced):
+		return err
+	case isLeaseGone(err):
+		return ErrFenced
+	case errors.Is(err, etcdretry.ErrNoAnswer):
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return err
 	}
-	if isLeaseGone(err) {
-		return ErrFenced
-	}
-	return errors.Join(ErrUnavailable, err)
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 func (h *held) Check() error {
@@ -203,18 +215,13 @@ func (h *held) Version(name string) string { return h.vers[name] }
 // only while every mutex is still ours, records version for name ("":
 // nothing). The margin is checked again once the answer is in: a
 // daemon paused while its request was on the way gets a late "yes"
-// about a lock it may no longer hold. Any failing: ErrFenced (or
-// ErrUnavailable while the lease is sure to live).
+// about a lock it may no longer hold. Requests etcd cannot answer (an
+// election) are made again, renewal first, for up to RetryFor. Any
+// check failing: ErrFenced; no answer within RetryFor: ErrUnavailable,
+// or ErrFenced once the lease is no longer sure to live.
 func (h *held) Fence(name, version string) error {
 	h.until = time.Time{}
 	if err := h.Check(); err != nil {
-		return err
-	}
-	until, err := h.c.alive(h.s)
-	if errors.Is(err, ErrUnavailable) {
-		return h.c.lostIfPast(h.s, err, h.c.margin())
-	}
-	if err != nil {
 		return err
 	}
 	var cmps []clientv3.Cmp
@@ -225,27 +232,48 @@ func (h *held) Fence(name, version string) error {
 	if name != "" && version != "" {
 		ops = append(ops, clientv3.OpPut(h.c.verKey(name), version))
 	}
+	ctx, cancel := h.c.bounded()
+	defer cancel()
+	err := h.c.retry(ctx, func(ctx context.Context) error { return h.fenceOnce(ctx, cmps, ops) })
+	switch {
+	case err == nil:
+		return h.Check()
+	case isLeaseGone(err):
+		return ErrFenced
+	case errors.Is(err, ErrFenced), errors.Is(err, lockmgr.ErrLost):
+		return err // a check failed
+	}
+	return h.c.lostIfPast(h.s, fmt.Errorf("%w: %v", ErrUnavailable, err), h.c.margin())
+}
+
+// fenceOnce is one try of Fence: renewal, margin, transaction. The
+// transaction is the same on a retry (its condition holds or not
+// whether or not an earlier try landed).
+func (h *held) fenceOnce(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op) error {
+	h.until = time.Time{} // an earlier try's renewal may be too old now
+	if err := h.Check(); err != nil {
+		return err // the session ended: the lease really expired
+	}
+	until, err := h.c.alive(ctx, h.s)
+	if err != nil {
+		return err
+	}
 	h.until = until
 	if err := h.Check(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
 	resp, err := h.c.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		if isLeaseGone(err) {
-			return ErrFenced
-		}
-		return h.c.lostIfPast(h.s, fmt.Errorf("%w: %v", ErrUnavailable, err), h.c.margin())
+		return err
 	}
 	if !resp.Succeeded {
 		return ErrFenced
 	}
-	return h.Check()
+	return nil
 }
 
 // Release deletes the mutex keys, then frees the local grant. A key
-// that cannot be deleted (etcd unreachable) must not outlive this
+// that cannot be deleted (no answer within RetryFor) must not outlive this
 // grant, as the session would keep it alive once etcd is back: the
 // session is given up, so its keys go with its lease within the TTL,
 // and the next commit starts a new one.

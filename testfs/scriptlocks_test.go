@@ -35,7 +35,7 @@ func lockMounts(t *testing.T) [2]*Mount {
 		if _, err := cli.KeepAlive(t.Context(), l.ID); err != nil {
 			t.Fatal(err)
 		}
-		table := etcdlock.NewEtcd(cli, "/safefs/testfs/", l.ID, node)
+		table := etcdlock.NewEtcd(cli, "/safefs/testfs/", l.ID, node, 3*time.Second)
 		ms[i] = New(t, func(o *fs.Options) { o.ScriptLocks = table; o.RMWAuto = false; o.RMWGlobs = nil })
 		if err := os.WriteFile(ms[i].Path("lk"), nil, 0o644); err != nil {
 			t.Fatal(err)

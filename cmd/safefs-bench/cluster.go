@@ -2,14 +2,17 @@ package main
 
 // The cluster table: commits/s with in-process commit locks
 // against etcd-backed ones, with one and with two daemons serving one
-// BACKING. Separate from the main table: it needs an etcd (-etcd URL).
+// BACKING, each etcd row with its ratio to the row above. Separate from
+// the main table: it needs an etcd (-etcd URL).
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 
 	"github.com/safefs/safefs/cluster"
 	safefs "github.com/safefs/safefs/fs"
+	"github.com/safefs/safefs/scriptlock/etcdlock"
 )
 
 // clusterWriters is how many goroutines commit at once in each cell.
@@ -43,6 +47,7 @@ type clusterCol struct {
 var clusterCols = []clusterCol{
 	{"rewrite-4k, own file each (commits/s)", rewriteOwn},
 	{"append-100, one file (commits/s)", appendShared},
+	{"careful counter, one file (increments/s)", carefulCounters},
 }
 
 // clusterBench prints the table; a cell that cannot run says error.
@@ -53,10 +58,13 @@ func clusterBench(w io.Writer, dir, etcdURL string, n int, markdown bool) {
 		head = append(head, c.name)
 	}
 	grid := [][]string{head}
-	for _, r := range clusterRows {
+	prev := make([]float64, len(clusterCols))
+	for i, r := range clusterRows {
 		cells := []string{r.name}
-		for _, c := range clusterCols {
-			cells = append(cells, clusterCell(dir, etcdURL, r, c, n))
+		for j, c := range clusterCols {
+			rate, err := clusterCell(dir, etcdURL, r, c, n)
+			cells = append(cells, clusterRate(rate, err, prev[j], i))
+			prev[j] = rate
 		}
 		grid = append(grid, cells)
 	}
@@ -74,17 +82,31 @@ func orNoEtcd(u string) string {
 	return u
 }
 
-func clusterCell(dir, etcdURL string, r clusterRow, c clusterCol, n int) string {
+// clusterRate is a cell's rate and, below the first row, its ratio to the
+// row above (etcd against in-process locks, 2 daemons against 1).
+func clusterRate(rate float64, err error, above float64, row int) string {
+	switch {
+	case err != nil:
+		return "error: " + err.Error()
+	case row == 0 || above == 0:
+		return fmt.Sprintf("%.0f", rate)
+	}
+	return fmt.Sprintf("%.0f (%.2fx)", rate, rate/above)
+}
+
+// clusterCell is the commits (or increments) per second of column c in
+// configuration r.
+func clusterCell(dir, etcdURL string, r clusterRow, c clusterCol, n int) (float64, error) {
 	mnts, stop, err := clusterMounts(dir, etcdURL, r)
 	if err != nil {
-		return "error: " + err.Error()
+		return 0, err
 	}
 	defer stop()
 	start := time.Now()
 	if err := c.run(mnts, n); err != nil {
-		return "error: " + err.Error()
+		return 0, err
 	}
-	return fmt.Sprintf("%.0f", float64(clusterWriters*n)/time.Since(start).Seconds())
+	return float64(clusterWriters*n) / time.Since(start).Seconds(), nil
 }
 
 // clusterMounts mounts one fresh BACKING r.daemons times, in-process.
@@ -125,6 +147,8 @@ func clusterMounts(dir, etcdURL string, r clusterRow) (mnts []string, stop func(
 			conns = append(conns, c)
 			cacheDirect(&o)
 			o.Cluster = c
+			// Scripts' locks through etcd too, as the daemon has them.
+			o.ScriptLocks = etcdlock.NewEtcd(c.Client(), c.Prefix(), c.Session().Lease(), cfg.Node, c.Config().RetryFor)
 		}
 		mnt := filepath.Join(root, fmt.Sprintf("mnt%d", i))
 		if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -182,4 +206,25 @@ func appendShared(mnts []string, n int) error {
 		}
 		return nil
 	})
+}
+
+// carefulCounters runs clusterWriters Perl processes of the careful
+// counter (flockCounter: open +<, flock, read, seek, truncate, print,
+// close) on one file, spread over the mounts (2 hosts x 2 processes
+// against 1 host x 4), and checks that the count is exact.
+func carefulCounters(mnts []string, n int) error {
+	if err := os.WriteFile(filepath.Join(mnts[0], "count"), []byte("0\n"), 0o644); err != nil {
+		return err
+	}
+	err := writers(mnts, func(mnt string, _ int) error {
+		out, err := exec.Command("perl", "-e", flockCounter, filepath.Join(mnt, "count"), strconv.Itoa(n), "inplace").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("careful counter: %w: %s", err, out)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return checkCount(filepath.Join(mnts[0], "count"), clusterWriters*n)
 }

@@ -92,7 +92,9 @@ func (c *clusterConfig) check() error {
 
 // connect joins the cluster before anything is mounted: with etcd down
 // the mount is refused (exit 13) rather than served with local locks.
-func (c clusterConfig) connect(log *zap.Logger) (*cluster.Conn, error) {
+// Once mounted, requests etcd cannot answer are made again for up to
+// retryFor (lock_timeout).
+func (c clusterConfig) connect(log *zap.Logger, retryFor time.Duration) (*cluster.Conn, error) {
 	if c.mode == "" {
 		return nil, nil
 	}
@@ -105,7 +107,7 @@ func (c clusterConfig) connect(log *zap.Logger) (*cluster.Conn, error) {
 		node = h
 	}
 	cfg := cluster.Config{Endpoints: c.endpoints, Name: c.name, Node: node, LeaseTTL: c.leaseTTL,
-		TLS: c.auth.tls, Username: c.auth.user, Password: c.auth.password}
+		TLS: c.auth.tls, Username: c.auth.user, Password: c.auth.password, RetryFor: retryFor}
 	conn, err := cluster.Connect(context.Background(), cfg, log)
 	eps := strings.Join(c.endpoints, "+")
 	switch {

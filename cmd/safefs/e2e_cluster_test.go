@@ -307,14 +307,19 @@ for (my $i = 1; !-e $stop && $errs < 3; $i++) {
 
 // etcd killed during a workload of appenders on two mounts: no line is
 // torn, every line whose close succeeded is in the file and no other
-// (a failed one is in rejected/), the failures are the documented
-// errnos, reads go on; once etcd is back, commits succeed again.
+// (a failed one is in rejected/), the failures (after lock_timeout) are
+// the documented errnos, reads go on; once etcd is back, commits
+// succeed again.
 func TestClusterEtcdDown(t *testing.T) {
 	clusterPrereqs(t)
 	e := startEtcd(t)
 	backing := tempDir(t)
-	_, m1 := startNode(t, e, backing, "n1")
-	_, m2 := startNode(t, e, backing, "n2")
+	// A request waits lock_timeout for etcd before ENOLCK: short here.
+	var m1, m2 string
+	for i, m := range []*string{&m1, &m2} {
+		*m = nodeMnt(t, fmt.Sprintf("n%d", i+1))
+		startNodeWith(t, e, backing, *m, fmt.Sprintf("n%d", i+1), []string{"lock_timeout=5s"}, nil)
+	}
 	stop := filepath.Join(tempDir(t), "STOP")
 	var ps []*proc
 	for i := range 4 {

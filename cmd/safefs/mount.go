@@ -64,7 +64,7 @@ func mountAndServe(a mountArgs, stderr io.Writer, onReady func()) error {
 	}
 	defer obs.close()
 	opts.Observer = obs.observer()
-	conn, err := a.cfg.cluster.connect(log)
+	conn, err := a.cfg.cluster.connect(log, a.cfg.fs.LockTimeout)
 	if err != nil {
 		return err
 	}

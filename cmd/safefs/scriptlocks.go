@@ -22,7 +22,7 @@ func startScriptLocks(conn *cluster.Conn, opts *fs.Options, log *zap.Logger) (st
 		return func() {} // fs.Mount gives the daemon its own table, unless KernelLocks
 	}
 	sess := conn.Session()
-	table := etcdlock.NewEtcd(conn.Client(), conn.Prefix(), sess.Lease(), conn.Config().Node)
+	table := etcdlock.NewEtcd(conn.Client(), conn.Prefix(), sess.Lease(), conn.Config().Node, conn.Config().RetryFor)
 	opts.ScriptLocks = table
 	done := make(chan struct{})
 	go renewLease(conn, table, done, log)

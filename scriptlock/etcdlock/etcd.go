@@ -3,13 +3,16 @@ package etcdlock
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/safefs/safefs/scriptlock"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/safefs/safefs/internal/etcdretry"
+	"github.com/safefs/safefs/scriptlock"
 )
 
 // Table keeps script locks in etcd, one key per (file, node, owner):
@@ -21,14 +24,19 @@ type Table struct {
 	prefix  string
 	lease   atomic.Int64 // clientv3.LeaseID
 	node    string
-	timeout time.Duration // one read or write; beyond: scriptlock.ErrUnavailable
+	timeout time.Duration // one read or write, retried while etcd cannot answer; beyond: scriptlock.ErrUnavailable
 	recheck time.Duration // a wait reads the table again at least this often
 }
 
+// callTimeout bounds one request; one without an answer is made again
+// (to another member, or after an election) until the table's timeout.
+const callTimeout = time.Second
+
 // NewEtcd returns a table under prefix (such as /safefs/NAME/) whose
-// locks carry lease, for node.
-func NewEtcd(cli *clientv3.Client, prefix string, lease clientv3.LeaseID, node string) *Table {
-	t := &Table{cli: cli, prefix: prefix, node: node, timeout: 3 * time.Second, recheck: 2 * time.Second}
+// locks carry lease, for node. A read or write etcd cannot answer is
+// tried again for up to timeout (the daemon's lock_timeout).
+func NewEtcd(cli *clientv3.Client, prefix string, lease clientv3.LeaseID, node string, timeout time.Duration) *Table {
+	t := &Table{cli: cli, prefix: prefix, node: node, timeout: timeout, recheck: 2 * time.Second}
 	t.lease.Store(int64(lease))
 	return t
 }
@@ -69,12 +77,31 @@ type file struct {
 	others []scriptlock.Held
 }
 
-func (t *Table) read(r scriptlock.Request) (file, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+// do runs one request, made again while etcd cannot answer it, until
+// the table's timeout or ctx ends.
+func (t *Table) do(ctx context.Context, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	resp, err := t.cli.Get(ctx, t.fileKey(r.Key), clientv3.WithPrefix())
+	return etcdretry.Do(ctx, min(callTimeout, t.timeout), call)
+}
+
+// failed is a request's failure: the caller's ctx's end (an interrupted
+// wait) as is, anything else ErrUnavailable.
+func failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, etcdretry.ErrNoAnswer) {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w: %v", scriptlock.ErrUnavailable, err)
+}
+
+func (t *Table) read(ctx context.Context, r scriptlock.Request) (file, error) {
+	var resp *clientv3.GetResponse
+	err := t.do(ctx, func(ctx context.Context) (err error) {
+		resp, err = t.cli.Get(ctx, t.fileKey(r.Key), clientv3.WithPrefix())
+		return err
+	})
 	if err != nil {
-		return file{}, fmt.Errorf("%w: %v", scriptlock.ErrUnavailable, err)
+		return file{}, failed(ctx, err)
 	}
 	f := file{rev: resp.Header.Revision}
 	own, kind := t.ownKey(r), ownerPart(r)[:1]
@@ -117,7 +144,7 @@ func (f file) conflict(req scriptlock.Range) (scriptlock.Held, bool) {
 
 // Get returns a lock of another owner that conflicts with r.
 func (t *Table) Get(ctx context.Context, r scriptlock.Request) (scriptlock.Held, bool, error) {
-	f, err := t.read(r)
+	f, err := t.read(ctx, r)
 	if err != nil {
 		return scriptlock.Held{}, false, err
 	}
@@ -130,7 +157,7 @@ func (t *Table) Get(ctx context.Context, r scriptlock.Request) (scriptlock.Held,
 // for the decision), else it is decided again.
 func (t *Table) Set(ctx context.Context, r scriptlock.Request, wait bool) (bool, error) {
 	for {
-		f, err := t.read(r)
+		f, err := t.read(ctx, r)
 		if err != nil {
 			return false, err
 		}
@@ -146,7 +173,7 @@ func (t *Table) Set(ctx context.Context, r scriptlock.Request, wait bool) (bool,
 			}
 		}
 		next := scriptlock.Apply(f.own, r.Range)
-		ok, err := t.write(r, next, f.rev)
+		ok, err := t.write(ctx, r, next, f.rev)
 		if err != nil {
 			return len(f.own) > 0, err
 		}
@@ -156,9 +183,10 @@ func (t *Table) Set(ctx context.Context, r scriptlock.Request, wait bool) (bool,
 	}
 }
 
-func (t *Table) write(r scriptlock.Request, next []scriptlock.Range, rev int64) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
-	defer cancel()
+// write makes r's owner hold next if no key of the file changed since
+// rev. A retry after a try whose answer was lost fails the condition
+// (that try changed the file): Set reads again and decides again.
+func (t *Table) write(ctx context.Context, r scriptlock.Request, next []scriptlock.Range, rev int64) (bool, error) {
 	unchanged := clientv3.Compare(clientv3.ModRevision(t.fileKey(r.Key)).WithPrefix(), "<", rev+1)
 	op := clientv3.OpDelete(t.ownKey(r))
 	if len(next) > 0 {
@@ -168,9 +196,13 @@ func (t *Table) write(r scriptlock.Request, next []scriptlock.Range, rev int64) 
 		}
 		op = clientv3.OpPut(t.ownKey(r), string(v), clientv3.WithLease(clientv3.LeaseID(t.lease.Load())))
 	}
-	resp, err := t.cli.Txn(ctx).If(unchanged).Then(op).Commit()
+	var resp *clientv3.TxnResponse
+	err := t.do(ctx, func(ctx context.Context) (err error) {
+		resp, err = t.cli.Txn(ctx).If(unchanged).Then(op).Commit()
+		return err
+	})
 	if err != nil {
-		return false, fmt.Errorf("%w: %v", scriptlock.ErrUnavailable, err)
+		return false, failed(ctx, err)
 	}
 	return resp.Succeeded, nil
 }

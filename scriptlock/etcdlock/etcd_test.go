@@ -23,7 +23,7 @@ func newTable(t *testing.T, cli *clientv3.Client, node string) (*Table, clientv3
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewEtcd(cli, "/safefs/test/", l.ID, node), l.ID
+	return NewEtcd(cli, "/safefs/test/", l.ID, node, 3*time.Second), l.ID
 }
 
 func req(key string, owner uint64, s, e uint64, typ uint32) scriptlock.Request {

@@ -67,9 +67,9 @@ func cgiSetup(e *env) error {
 	return os.Chown(p, int(www.Uid), int(www.Gid))
 }
 
-// cgiConf puts the script in Apache's temporary directory, served as
-// /cgi-bin/counter.
-func cgiConf(counter string) func(tmp string) (string, error) {
+// cgiBinConf puts the scripts (name: text) in Apache's temporary
+// directory, served as /cgi-bin/NAME.
+func cgiBinConf(scripts map[string][]byte) func(tmp string) (string, error) {
 	return func(tmp string) (string, error) {
 		bin := filepath.Join(tmp, "cgi-bin")
 		if err := os.Mkdir(bin, 0o755); err != nil {
@@ -78,11 +78,18 @@ func cgiConf(counter string) func(tmp string) (string, error) {
 		if err := os.Chmod(tmp, 0o755); err != nil {
 			return "", err
 		}
-		if err := os.WriteFile(filepath.Join(bin, "counter"), fmt.Appendf(nil, cgiPHPFlock, counter), 0o755); err != nil {
-			return "", err
+		for name, s := range scripts {
+			if err := os.WriteFile(filepath.Join(bin, name), s, 0o755); err != nil {
+				return "", err
+			}
 		}
 		return fmt.Sprintf("LoadModule alias_module %s/mod_alias.so\nScriptAlias /cgi-bin/ \"%s/\"\n", apacheModules, bin), nil
 	}
+}
+
+// cgiConf serves the PHP flock counter as /cgi-bin/counter.
+func cgiConf(counter string) func(tmp string) (string, error) {
+	return cgiBinConf(map[string][]byte{"counter": fmt.Appendf(nil, cgiPHPFlock, counter)})
 }
 
 func cgiRun(e *env) (float64, error) {

@@ -111,24 +111,13 @@ const guestbookInit = `<html><head><title>Guestbook</title></head>
 </body></html>
 `
 
-// appsConf writes the scripts for data directory data into Apache's
-// temporary directory and serves them as /cgi-bin/NAME.
+// appsConf serves the scripts for data directory data as /cgi-bin/NAME.
 func appsConf(data string) func(tmp string) (string, error) {
-	return func(tmp string) (string, error) {
-		bin := filepath.Join(tmp, "cgi-bin")
-		if err := os.Mkdir(bin, 0o755); err != nil {
-			return "", err
-		}
-		if err := os.Chmod(tmp, 0o755); err != nil {
-			return "", err
-		}
-		for name, s := range appScripts {
-			if err := os.WriteFile(filepath.Join(bin, name), []byte(strings.ReplaceAll(s, "@DIR@", data)), 0o755); err != nil {
-				return "", err
-			}
-		}
-		return fmt.Sprintf("LoadModule alias_module %s/mod_alias.so\nScriptAlias /cgi-bin/ \"%s/\"\n", apacheModules, bin), nil
+	scripts := map[string][]byte{}
+	for name, s := range appScripts {
+		scripts[name] = []byte(strings.ReplaceAll(s, "@DIR@", data))
 	}
+	return cgiBinConf(scripts)
 }
 
 // cgiApp is one row: reset puts its data back (through the target,

@@ -180,23 +180,10 @@ func bbsSetup(e *env) error {
 	return os.Chown(p, int(www.Uid), int(www.Gid))
 }
 
-// bbsConf puts the script in Apache's temporary directory, served as
-// /cgi-bin/bbs.
+// bbsConf serves the script as /cgi-bin/bbs.
 func bbsConf(data string, render time.Duration) func(tmp string) (string, error) {
-	return func(tmp string) (string, error) {
-		bin := filepath.Join(tmp, "cgi-bin")
-		if err := os.Mkdir(bin, 0o755); err != nil {
-			return "", err
-		}
-		if err := os.Chmod(tmp, 0o755); err != nil {
-			return "", err
-		}
-		script := fmt.Appendf(nil, bbsScript, data, strconv.FormatFloat(render.Seconds(), 'f', -1, 64))
-		if err := os.WriteFile(filepath.Join(bin, "bbs"), script, 0o755); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("LoadModule alias_module %s/mod_alias.so\nScriptAlias /cgi-bin/ \"%s/\"\n", apacheModules, bin), nil
-	}
+	script := fmt.Appendf(nil, bbsScript, data, strconv.FormatFloat(render.Seconds(), 'f', -1, 64))
+	return cgiBinConf(map[string][]byte{"bbs": script})
 }
 
 // bbsRun starts Apache, makes the learning POSTs, then times n requests

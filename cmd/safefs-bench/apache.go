@@ -67,6 +67,9 @@ func pageInto(buf []byte, v int) []byte {
 	return append(buf, tail...)
 }
 
+// wholePages makes a fetcher's check of the apache row's page.
+func wholePages() func([]byte) bool { return pageCache{}.wholePage }
+
 // pageCache keeps the versions a fetcher saw last, so that checking a
 // body is one compare: the client must not steal much CPU from Apache.
 type pageCache map[int][]byte
@@ -180,7 +183,7 @@ func apacheRun(e *env) (float64, error) {
 	}
 	start := time.Now()
 	var c apacheCounts
-	fetchAll(e.ctx, srv.addr, "/"+apachePage, e.cfg.apacheN, &c)
+	fetchAll(e.ctx, srv.addr, "/"+apachePage, e.cfg.apacheN, apacheConns, wholePages, &c)
 	e.secs = time.Since(start).Seconds()
 	log := srv.errorLog() // before stop removes it
 	rewrites, rerr := rw.stop()
@@ -199,16 +202,17 @@ func apacheRun(e *env) (float64, error) {
 	return float64(done), nil
 }
 
-// fetchAll sends n GETs of path to addr over apacheConns keep-alive
-// connections and counts each outcome. It speaks HTTP/1.1 on its own
+// fetchAll sends n GETs of path to addr over conns keep-alive
+// connections and counts each outcome; whole() makes a connection's
+// check that a body is one whole version. It speaks HTTP/1.1 on its own
 // connections, not through http.Client, whose Transport silently resends
 // a GET that a reused connection dropped: that would hide the drops.
-func fetchAll(ctx context.Context, addr, path string, n int, c *apacheCounts) {
+func fetchAll(ctx context.Context, addr, path string, n, conns int, whole func() func([]byte) bool, c *apacheCounts) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range apacheConns {
+	for range conns {
 		wg.Go(func() {
-			f := fetcher{addr: addr, path: path, c: c, pages: pageCache{}}
+			f := fetcher{addr: addr, path: path, c: c, whole: whole()}
 			defer f.close()
 			for next.Add(1) <= int64(n) && ctx.Err() == nil {
 				f.fetch()
@@ -224,7 +228,7 @@ type fetcher struct {
 	c          *apacheCounts
 	conn       net.Conn
 	br         *bufio.Reader
-	pages      pageCache
+	whole      func(body []byte) bool
 }
 
 func (f *fetcher) close() {
@@ -278,7 +282,7 @@ func (f *fetcher) fetch() {
 		f.c.fail(err)
 	case int64(len(body)) != resp.ContentLength:
 		f.c.short.Add(1) // no Content-Length, or a body longer than it
-	case f.pages.wholePage(body):
+	case f.whole(body):
 		f.c.whole.Add(1)
 	default:
 		f.c.torn.Add(1)

@@ -279,7 +279,7 @@ func postAll(script string) func(ctx context.Context, addr string, n int) error 
 // connections: every response must be the whole page.
 func getStatic(ctx context.Context, addr string, n int) error {
 	var c apacheCounts
-	fetchAll(ctx, addr, "/"+appsDir+"/"+apachePage, n, &c)
+	fetchAll(ctx, addr, "/"+appsDir+"/"+apachePage, n, apacheConns, wholePages, &c)
 	if f := c.failed.Load(); f > 0 {
 		return fmt.Errorf("%d of %d requests failed, first: %v", f, n, c.firstFail.Load())
 	}

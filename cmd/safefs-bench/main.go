@@ -74,6 +74,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.IntVar(&cfg.apacheN, "apache-n", 20000, "apache: requests")
 	fl.DurationVar(&cfg.apachePause, "apache-pause", 0, "apache: rewriter's pause after each rewrite (0: continuous)")
 	fl.IntVar(&cfg.cgiN, "cgi-n", 2000, "cgi-php-flock: requests")
+	fl.IntVar(&cfg.guestbookN, "guestbook-n", 3000, "guestbook-page: fetches of the page while 32 clients post")
 	fl.IntVar(&cfg.servletRuns, "servlet-runs", 25, "servlet: requests per thread (8 threads)")
 	fl.IntVar(&cfg.viewsN, "views-n", 160, "cgi-views: views")
 	fl.IntVar(&cfg.bbsN, "bbs-n", 400, "cgi-bbs: requests (one POST in ten)")

@@ -31,6 +31,7 @@ type config struct {
 	apacheN      int           // apache requests
 	apachePause  time.Duration // apache: rewriter's pause after each rewrite
 	cgiN         int           // cgi-php-flock requests
+	guestbookN   int           // guestbook-page: fetches of the page
 	servletRuns  int           // servlet: requests per thread
 	viewsN       int           // cgi-views: views
 	bbsN         int           // cgi-bbs: requests
@@ -47,7 +48,7 @@ type config struct {
 
 func (c config) valid() bool {
 	for _, n := range []int64{int64(c.createN), int64(c.rewriteN), int64(c.appendN), int64(c.statN),
-		int64(c.statPasses), int64(c.readN), int64(c.readPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), int64(c.cgiN), int64(c.servletRuns), int64(c.viewsN), int64(c.bbsN), c.seqSize, c.mmapSize,
+		int64(c.statPasses), int64(c.readN), int64(c.readPasses), int64(c.counterProcs), int64(c.counterRuns), int64(c.apacheN), int64(c.cgiN), int64(c.guestbookN), int64(c.servletRuns), int64(c.viewsN), int64(c.bbsN), c.seqSize, c.mmapSize,
 		int64(c.flockProcs), int64(c.flockRuns), int64(c.writersN), int64(c.memFiles), c.memSize, int64(c.sqliteProcs), int64(c.sqliteRuns)} {
 		if n < 1 {
 			return false
@@ -59,7 +60,7 @@ func (c config) valid() bool {
 // shrink divides every count and size by 10, for smoke runs. The counters
 // keep their processes: with fewer there is little race to measure.
 func (c *config) shrink() {
-	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.readN, &c.counterRuns, &c.apacheN, &c.cgiN, &c.servletRuns, &c.viewsN, &c.bbsN,
+	for _, n := range []*int{&c.createN, &c.rewriteN, &c.appendN, &c.statN, &c.readN, &c.counterRuns, &c.apacheN, &c.cgiN, &c.guestbookN, &c.servletRuns, &c.viewsN, &c.bbsN,
 		&c.flockRuns, &c.writersN, &c.memFiles, &c.sqliteRuns} {
 		*n = max(*n/10, 1)
 	}
@@ -128,6 +129,7 @@ var workloads = []workload{
 	{name: "memory", unit: "MiB", run: memoryRun, safefsOnly: true, text: true},
 	{name: "apache", unit: "req/s", setup: apacheSetup, run: apacheRun, extra: apacheCutTitle},
 	{name: "cgi-php-flock", unit: "req/s", setup: cgiSetup, run: cgiRun},
+	{name: "guestbook-page", unit: "posts/s", setup: guestbookSetup, run: guestbookRun, extra: guestbookCutTitle},
 	{name: "servlet", unit: "kept", setup: servletSetup, run: servletRun, total: servletTotal, title: servletTitle, extra: servletTimeTitle},
 	{name: "cgi-views", unit: "views/s", setup: bbsSetup, run: viewsRun, title: viewsTitle, anchor: "safefs-rmw-off"},
 	{name: "cgi-bbs", unit: "req/s", setup: bbsSetup, run: mixedRun, title: mixedTitle, extra: mixedPostsTitle, anchor: "safefs-rmw-off"},

@@ -142,3 +142,45 @@ func TestCGIPHPFlockBench(t *testing.T) {
 	assert.Regexp(t, `^[0-9.]+ req/s \(1\.00x, \?\)$`, rows["cgi-php-flock"][0])
 	assert.Empty(t, apacheProcesses(t, dir), "Apache processes left behind")
 }
+
+// TestGuestbookEntries: a whole version of the guestbook page counts its
+// entries; one cut short, or with a trailer that does not match its
+// entries, is not a version.
+func TestGuestbookEntries(t *testing.T) {
+	page := guestbookInitial()
+	assert.Equal(t, guestbookSeed, guestbookEntries(page))
+	assert.Equal(t, -1, guestbookEntries(page[:len(page)-1]))
+	assert.Equal(t, -1, guestbookEntries(page[:len(page)/2]))
+	fewer := bytes.Replace(page, []byte("<!--entry-->"), nil, 1)
+	assert.Equal(t, -1, guestbookEntries(fewer))
+}
+
+// TestGuestbookBench runs the guestbook-page workload briefly on the
+// backing target under a real Apache: a rate, and a cut-short cell whose
+// counts add up; every post is on the page (else the run fails).
+func TestGuestbookBench(t *testing.T) {
+	requirePerl(t)
+	if _, err := apacheBin(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("apache2 is not installed (.ci/run installs it)")
+		}
+		t.Skip("apache2 is not installed (apt-get install apache2)")
+	}
+	dir := wwwDir(t)
+	t.Setenv("TMPDIR", dir)
+	var out, errOut bytes.Buffer
+	err := run([]string{"-dir", dir, "-markdown", "-targets", "backing", "-workloads", "guestbook-page", "-guestbook-n", "100"}, &out, &errOut)
+	t.Logf("table:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	require.NoError(t, err)
+	rows := markdownRows(t, out.String())
+	require.Len(t, rows["guestbook-page"], 1)
+	assert.Regexp(t, `^[0-9.]+ posts/s \(1\.00x, \?\)$`, rows["guestbook-page"][0])
+	cut := rows["guestbook-page: cut short / 100 fetches"]
+	require.Len(t, cut, 1)
+	m := regexp.MustCompile(`^[0-9.]+ % \(([0-9]+)/100: ([0-9]+) dropped, ([0-9]+) short, ([0-9]+) torn; ([0-9]+) posts\)$`).FindStringSubmatch(cut[0])
+	require.NotNil(t, m, "cut-short cell %q", cut[0])
+	num := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	assert.Equal(t, num(1), num(2)+num(3)+num(4), "cut short = dropped + short + torn")
+	assert.Positive(t, num(5), "no post was made")
+	assert.Empty(t, apacheProcesses(t, dir), "Apache processes left behind")
+}

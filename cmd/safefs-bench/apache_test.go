@@ -148,11 +148,11 @@ func TestCGIPHPFlockBench(t *testing.T) {
 // entries, is not a version.
 func TestGuestbookEntries(t *testing.T) {
 	page := guestbookInitial()
-	assert.Equal(t, guestbookSeed, guestbookEntries(page))
-	assert.Equal(t, -1, guestbookEntries(page[:len(page)-1]))
-	assert.Equal(t, -1, guestbookEntries(page[:len(page)/2]))
+	assert.Equal(t, guestbookSeed, gbPageEntries(page))
+	assert.Equal(t, -1, gbPageEntries(page[:len(page)-1]))
+	assert.Equal(t, -1, gbPageEntries(page[:len(page)/2]))
 	fewer := bytes.Replace(page, []byte("<!--entry-->"), nil, 1)
-	assert.Equal(t, -1, guestbookEntries(fewer))
+	assert.Equal(t, -1, gbPageEntries(fewer))
 }
 
 // TestGuestbookBench runs the guestbook-page workload briefly on the

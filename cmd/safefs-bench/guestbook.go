@@ -27,7 +27,7 @@ import (
 
 const (
 	guestbookPosters = 32
-	gbPageFile    = "guestbook.html"
+	gbPageFile       = "guestbook.html"
 	guestbookSeed    = 100 // entries the page starts with
 )
 

@@ -26,6 +26,9 @@ use Time::HiRes qw(usleep time);
 my ($file, $id) = @ARGV;
 die "usage: $0 FILE ID\n" unless defined $id;
 $| = 1;
+# A hangup ends it, as it ends a FastCGI process, even when the tests run
+# under nohup (an ignored SIGHUP is inherited).
+$SIG{HUP} = 'DEFAULT';
 open(my $log, '>>', $file) or die "open >>$file: $!\n";
 
 sub pieces {

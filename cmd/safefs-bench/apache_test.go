@@ -57,10 +57,9 @@ func TestApacheRewriter(t *testing.T) {
 	assert.True(t, bytes.Equal(want, b), "the page (%d bytes) is not version %d as pageInto makes it (%d bytes)", len(b), n, len(want))
 }
 
-// TestApacheBench runs the apache workload briefly on the backing target
-// with a real Apache and checks the two rows: a rate, and cut-short counts
-// that add up. No Apache process is left.
-func TestApacheBench(t *testing.T) {
+// requirePerlApache skips (fails under CI) without Perl or Apache.
+func requirePerlApache(t *testing.T) {
+	t.Helper()
 	requirePerl(t)
 	if _, err := apacheBin(); err != nil {
 		if os.Getenv("CI") != "" {
@@ -68,6 +67,13 @@ func TestApacheBench(t *testing.T) {
 		}
 		t.Skip("apache2 is not installed (apt-get install apache2)")
 	}
+}
+
+// TestApacheBench runs the apache workload briefly on the backing target
+// with a real Apache and checks the two rows: a rate, and cut-short counts
+// that add up. No Apache process is left.
+func TestApacheBench(t *testing.T) {
+	requirePerlApache(t)
 	dir := wwwDir(t)
 	t.Setenv("TMPDIR", dir) // Apache's config dir: found below if a process is left
 	const n = 400
@@ -159,13 +165,7 @@ func TestGuestbookEntries(t *testing.T) {
 // backing target under a real Apache: a rate, and a cut-short cell whose
 // counts add up; every post is on the page (else the run fails).
 func TestGuestbookBench(t *testing.T) {
-	requirePerl(t)
-	if _, err := apacheBin(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("apache2 is not installed (.ci/run installs it)")
-		}
-		t.Skip("apache2 is not installed (apt-get install apache2)")
-	}
+	requirePerlApache(t)
 	dir := wwwDir(t)
 	t.Setenv("TMPDIR", dir)
 	var out, errOut bytes.Buffer

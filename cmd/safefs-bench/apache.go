@@ -153,7 +153,8 @@ func wwwData() (*syscall.Credential, error) {
 
 // apacheCounts are one run's requests, by outcome. Cut short are dropped
 // (the connection closed before a response, as Apache does when the file
-// reads shorter than its stat said, or a garbled response), short (body shorter than
+// reads shorter than its stat said, or a garbled response; or 403/404: the
+// file was gone between the stat and the open), short (body shorter than
 // Content-Length) and torn (as long as Content-Length said, but not one
 // whole version: a newer version cut to the older length, or a mix).
 type apacheCounts struct {
@@ -274,6 +275,10 @@ func (f *fetcher) fetch() {
 		f.close()
 	}
 	switch {
+	case resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusNotFound:
+		// The page was gone between Apache's stat and its open (a
+		// rename over it, seen late through a caching mount): no page.
+		f.c.dropped.Add(1)
 	case resp.StatusCode != http.StatusOK:
 		f.c.fail(fmt.Errorf("status %s", resp.Status))
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):

@@ -276,11 +276,12 @@ func (h *handle) rmwCommitted() {
 }
 
 // rmwBusy keeps the sessions of h's committer from ending by their hold
-// while it commits a file outside them (its temporary file, fsynced),
-// until the returned func is called.
+// while it commits (a temporary file it will rename over theirs, fsynced),
+// until the returned func is called. A session this commit ends
+// (rmwCommitted) is not armed again.
 func (h *handle) rmwBusy() (done func()) {
 	x := h.n.r.rmw
-	if x == nil || h.rmwSession() != nil {
+	if x == nil {
 		return func() {}
 	}
 	return x.Table(h.uid).Busy(int32(h.tid))

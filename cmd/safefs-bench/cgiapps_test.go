@@ -7,26 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/safefs/safefs/testfs"
 )
-
-// TestParseStatCPU: utime and stime are fields 14 and 15, counted after
-// a command that holds spaces and parentheses.
-func TestParseStatCPU(t *testing.T) {
-	line := "4242 (safefs (x) y) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 130 0 0 20 0 9 0 100 1000000 500 18446744073709551615\n"
-	d, err := parseStatCPU(line)
-	require.NoError(t, err)
-	assert.Equal(t, 3800*time.Millisecond, d)
-	_, err = parseStatCPU("4242 (x) S 1 2")
-	assert.Error(t, err)
-	_, err = parseStatCPU("no command")
-	assert.Error(t, err)
-}
 
 func TestMedianRotated(t *testing.T) {
 	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))

@@ -10,12 +10,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/safefs/safefs/internal/proc"
 )
 
 // The -cgi-apps table and the -soak row. Separate from the main table:
@@ -135,37 +136,7 @@ func daemonCPU(pid int) (time.Duration, error) {
 	if pid == 0 {
 		return 0, nil
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseStatCPU(string(b))
-}
-
-// clockTicks is USER_HZ, the unit of /proc/PID/stat's times (100 on
-// every Linux architecture Go supports).
-const clockTicks = 100
-
-// parseStatCPU reads utime and stime (fields 14 and 15) out of a
-// /proc/PID/stat line; the command (field 2) may hold spaces and ")".
-func parseStatCPU(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc stat %q: no command", stat)
-	}
-	f := strings.Fields(stat[i+1:]) // from field 3
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc stat %q: %d fields", stat, len(f)+2)
-	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc stat: %w", err)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return proc.CPUTime(uint32(pid))
 }
 
 // median of the samples' field; samples are not empty.

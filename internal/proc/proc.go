@@ -88,6 +88,11 @@ func statField(pid uint32, n int) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return statLineField(b, n)
+}
+
+// statLineField is field n (n > 2) of a /proc/<pid>/stat line.
+func statLineField(b []byte, n int) (string, error) {
 	// comm (field 2) may hold spaces and parens: count from the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
